@@ -1,0 +1,386 @@
+"""Syntax tree to canonical text: ``parse(print_module(m)) == m`` for every parsed module.
+
+The printer adds parentheses only where precedence needs them and leaves out clauses that hold
+their default value, so the output is also the formatter's output.
+"""
+
+from __future__ import annotations
+
+import re
+
+from query_lang import ast
+
+_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1))
+_SWORD = re.compile(r"[^\s:()\[\]{}\"'/+\-!<>=^~|&#][^\s:()\[\]{}\"'/<>=^~|&]*")
+_SEARCH_KEYWORDS = {"AND", "OR", "NOT", "TO"}
+
+# expression precedence, loosest first
+_OR, _AND, _NOT, _PRED, _SUM, _PRODUCT, _UNARY, _ATOM = range(1, 9)
+
+
+def print_module(module: ast.Module) -> str:
+    """The whole module as canonical text."""
+    return "\n\n".join(print_declaration(d) for d in module.declarations) + "\n"
+
+
+def print_declaration(decl: ast.Declaration) -> str:
+    if isinstance(decl, ast.Include):
+        return f"include {quote(decl.path)}"
+    if isinstance(decl, ast.StreamDecl):
+        return _stream(decl)
+    if isinstance(decl, ast.ListDecl):
+        if decl.path is not None:
+            return f"list {decl.name} from {quote(decl.path)}"
+        return f"list {decl.name} ({', '.join(quote(v) for v in decl.values)})"
+    if isinstance(decl, ast.WebhookDecl):
+        secrets = "".join(
+            f" secret env {s.env}" if s.env else f" secret {quote(s.value or '')}"
+            for s in decl.secrets
+        )
+        return f"webhook {decl.name} url {quote(decl.url)}{secrets}"
+    if isinstance(decl, ast.RuleDecl):
+        return _rule(decl)
+    if isinstance(decl, ast.QueryDecl):
+        return _query(decl)
+    if isinstance(decl, ast.MetricDecl):
+        return _metric(decl)
+    raise TypeError(f"not a declaration: {decl!r}")
+
+
+def quote(text: str) -> str:
+    escaped = (
+        text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+        .replace("\r", "\\r")
+    )
+    return f'"{escaped}"'
+
+
+def print_duration(d: ast.Duration) -> str:
+    for unit, ms in _UNITS:
+        if d.ms % ms == 0 and d.ms:
+            return f"{d.ms // ms}{unit}"
+    return f"{d.ms}ms"
+
+
+def _stream(s: ast.StreamDecl) -> str:
+    fields = ",\n".join(f"  {f.name} {f.type}" for f in s.fields)
+    text = f"stream {s.name} (\n{fields}\n)"
+    if s.time_field:
+        text += f" time {s.time_field}"
+        if s.time_unit:
+            text += f" unit {s.time_unit}"
+    if s.lateness is not None:
+        text += f" lateness {print_duration(s.lateness)}"
+    if s.id_field:
+        text += f" id {s.id_field}"
+    return text
+
+
+def _head(kind: str, name: str, description: str | None) -> str:
+    return f"{kind} {name}" + (f" {quote(description)}" if description is not None else "")
+
+
+def _alerting(decl) -> list[str]:
+    lines = []
+    if decl.severity != "medium":
+        lines.append(f"severity {decl.severity}")
+    if decl.notify:
+        lines.append(f"notify {', '.join(decl.notify)}")
+    if decl.tags:
+        lines.append(f"tags {', '.join(quote(t) for t in decl.tags)}")
+    if decl.throttle is not None:
+        lines.append(f"throttle {print_duration(decl.throttle)}")
+    return lines
+
+
+def _items(items: tuple[ast.EmitItem, ...]) -> str:
+    return ", ".join(
+        print_expr(i.expr) + (f" as {i.alias}" if i.alias else "") for i in items
+    )
+
+
+def _rule(r: ast.RuleDecl) -> str:
+    lines = [_head("rule", r.name, r.description), f"from {', '.join(r.streams)}"]
+    if r.by:
+        lines.append("by " + ", ".join(_key_part(k) for k in r.by))
+    lines.append(f"pattern {print_pattern(r.pattern)}")
+    if r.contiguity != "relaxed":
+        lines.append(f"contiguity {r.contiguity}")
+    if r.partials != "all":
+        lines.append(f"partials {r.partials}")
+    if r.defines:
+        lines.append("define " + ",\n         ".join(_define(d) for d in r.defines))
+    if r.within is not None:
+        lines.append(f"within {print_duration(r.within)}")
+    if r.skip.kind != "past_last":
+        lines.append(f"after match {_skip(r.skip)}")
+    if r.emit is not None:
+        lines.append(f"emit {_items(r.emit)}")
+    lines.extend(_alerting(r))
+    return "\n  ".join(lines)
+
+
+def _key_part(k: ast.KeyPart) -> str:
+    return " = ".join(f"{s}.{f}" if s else f for s, f in k.refs)
+
+
+def _define(d: ast.Define) -> str:
+    if d.stream is not None and d.condition is None:
+        body = d.stream
+    elif d.stream is not None:
+        body = f"{d.stream} where {print_expr(d.condition)}"
+    else:
+        body = print_expr(d.condition) if d.condition is not None else "true"
+    keys = ""
+    if len(d.keys) == 1:
+        keys = f" by {d.keys[0]}"
+    elif d.keys:
+        keys = f" by ({', '.join(d.keys)})"
+    return f"{d.var} as {body}{keys}"
+
+
+def _skip(s: ast.SkipStrategy) -> str:
+    return {
+        "past_last": "skip past last",
+        "to_next": "skip to next",
+        "to_first": f"skip to first {s.var}",
+        "to_last": f"skip to last {s.var}",
+        "no_skip": "no skip",
+    }[s.kind]
+
+
+def _query(q: ast.QueryDecl) -> str:
+    lines = [
+        _head("query", q.name, q.description),
+        f"from {', '.join(q.streams)}",
+        f"match {print_search(q.match)}",
+    ]
+    lines.extend(_alerting(q))
+    return "\n  ".join(lines)
+
+
+def _metric(m: ast.MetricDecl) -> str:
+    lines = [_head("metric", m.name, m.description), f"from {', '.join(m.streams)}"]
+    if m.where is not None:
+        lines.append(f"where {print_expr(m.where)}")
+    if m.by:
+        lines.append(f"by {', '.join(m.by)}")
+    w = m.window
+    if w.kind == "tumbling":
+        lines.append(f"window tumbling {print_duration(w.size)}")
+    elif w.kind == "hopping":
+        lines.append(f"window hopping {print_duration(w.size)} every {print_duration(w.every)}")
+    elif w.kind == "sliding":
+        every = f" every {print_duration(w.every)}" if w.every is not None else ""
+        lines.append(f"window sliding {print_duration(w.size)}{every}")
+    else:
+        lines.append(f"window session gap {print_duration(w.size)}")
+    lines.append(f"select {_items(m.select)}")
+    if m.having is not None:
+        lines.append(f"having {print_expr(m.having)}")
+    lines.extend(_alerting(m))
+    return "\n  ".join(lines)
+
+
+# --------------------------------------------------------------------------- patterns
+
+
+def print_pattern(p: ast.Pattern) -> str:
+    return _pattern(p, 1)
+
+
+def _pattern(p: ast.Pattern, context: int) -> str:
+    if isinstance(p, ast.PatVar):
+        return p.name
+    if isinstance(p, ast.PatAbsent):
+        return f"!{p.name}"
+    if isinstance(p, ast.PatAlt):
+        text = " | ".join(_pattern(o, 2) for o in p.options)
+        return f"({text})" if context > 1 else text
+    if isinstance(p, ast.PatSeq):
+        text = " ".join(_pattern(i, 3) for i in p.items)
+        return f"({text})" if context > 2 else text
+    if isinstance(p, ast.PatQuant):
+        inner = _pattern(p.inner, 4)
+        return inner + _quantifier(p)
+    raise TypeError(f"not a pattern: {p!r}")
+
+
+def _quantifier(q: ast.PatQuant) -> str:
+    low, high = q.min, q.max
+    if (low, high) == (0, 1):
+        text = "?"
+    elif (low, high) == (0, None):
+        text = "*"
+    elif (low, high) == (1, None):
+        text = "+"
+    elif low == high:
+        text = f"{{{low}}}"
+    elif high is None:
+        text = f"{{{low},}}"
+    elif low == 0:
+        text = f"{{,{high}}}"
+    else:
+        text = f"{{{low},{high}}}"
+    return text + ("" if q.greedy else "?")
+
+
+# --------------------------------------------------------------------------- expressions
+
+
+def print_expr(e: ast.Expr) -> str:
+    return _expr(e, _OR)
+
+
+def _level(e: ast.Expr) -> int:
+    if isinstance(e, ast.BoolOp):
+        return _OR if e.op == "or" else _AND
+    if isinstance(e, ast.Not):
+        return _NOT
+    if isinstance(e, ast.BinOp):
+        if e.op in ("+", "-"):
+            return _SUM
+        if e.op in ("*", "/", "%"):
+            return _PRODUCT
+        return _PRED
+    if isinstance(e, ast.InValues | ast.InList | ast.Between | ast.IsNull | ast.Matches):
+        return _PRED
+    if isinstance(e, ast.Neg):
+        return _UNARY
+    if isinstance(e, ast.Literal) and isinstance(e.value, int | float) and e.value < 0:
+        return _UNARY
+    return _ATOM
+
+
+def _expr(e: ast.Expr, context: int) -> str:
+    text = _expr_text(e)
+    return f"({text})" if _level(e) < context else text
+
+
+def _expr_text(e: ast.Expr) -> str:
+    if isinstance(e, ast.Literal):
+        return _literal(e.value)
+    if isinstance(e, ast.Duration):
+        return print_duration(e)
+    if isinstance(e, ast.FieldRef):
+        return f"{e.qualifier}.{e.name}" if e.qualifier else e.name
+    if isinstance(e, ast.VarField):
+        return f"{e.which}({e.var}).{e.name}"
+    if isinstance(e, ast.Prev):
+        return f"prev({e.name})" if e.n == 1 else f"prev({e.name}, {e.n})"
+    if isinstance(e, ast.Call):
+        return f"{e.func}({', '.join(print_expr(a) for a in e.args)})"
+    if isinstance(e, ast.Search):
+        return f"search({e.field}, {quote(e.text)})"
+    if isinstance(e, ast.BoolOp):
+        inner = _AND if e.op == "or" else _NOT
+        return f" {e.op} ".join(_expr(o, inner) for o in e.operands)
+    if isinstance(e, ast.Not):
+        return f"not {_expr(e.operand, _NOT)}"
+    if isinstance(e, ast.Neg):
+        return f"-{_expr(e.operand, _UNARY)}"
+    if isinstance(e, ast.BinOp):
+        level = _level(e)
+        if level == _PRED:
+            return f"{_expr(e.left, _SUM)} {e.op} {_expr(e.right, _SUM)}"
+        return f"{_expr(e.left, level)} {e.op} {_expr(e.right, level + 1)}"
+    if isinstance(e, ast.InValues):
+        return f"{_expr(e.operand, _SUM)} in ({', '.join(print_expr(v) for v in e.values)})"
+    if isinstance(e, ast.InList):
+        return f"{_expr(e.operand, _SUM)} in {e.list_name}"
+    if isinstance(e, ast.Between):
+        return (
+            f"{_expr(e.operand, _SUM)} between {_expr(e.low, _SUM)} and {_expr(e.high, _SUM)}"
+        )
+    if isinstance(e, ast.IsNull):
+        return f"{_expr(e.operand, _SUM)} is {'not ' if e.negated else ''}null"
+    if isinstance(e, ast.Matches):
+        return f"{_expr(e.operand, _SUM)} matches /{e.pattern.replace('/', chr(92) + '/')}/"
+    raise TypeError(f"not an expression: {e!r}")
+
+
+def _literal(value) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text if any(c in text for c in ".e") else text + ".0"
+    return str(value)
+
+
+# --------------------------------------------------------------------------- search
+
+_S_OR_LEVEL, _S_AND_LEVEL, _S_NOT_LEVEL, _S_ATOM = 1, 2, 3, 4
+
+
+def print_search(node: ast.SearchNode) -> str:
+    return _search(node, _S_OR_LEVEL)
+
+
+def _search(node: ast.SearchNode, context: int) -> str:
+    if isinstance(node, ast.SearchOr):
+        text = " OR ".join(_search(c, _S_AND_LEVEL) for c in node.clauses)
+        return f"({text})" if context > _S_OR_LEVEL else text
+    if isinstance(node, ast.SearchAnd):
+        text = " AND ".join(_search(c, _S_NOT_LEVEL) for c in node.clauses)
+        return f"({text})" if context > _S_AND_LEVEL else text
+    if isinstance(node, ast.SearchNot):
+        return f"NOT {_search(node.clause, _S_NOT_LEVEL)}"
+    prefix = f"{node.field}:" if getattr(node, "field", None) else ""
+    if isinstance(node, ast.SearchTerm):
+        return prefix + _search_word(node.text)
+    if isinstance(node, ast.SearchPhrase):
+        return prefix + quote(node.text)
+    if isinstance(node, ast.SearchPrefix | ast.SearchWildcard):
+        return prefix + (node.prefix + "*" if isinstance(node, ast.SearchPrefix) else node.pattern)
+    if isinstance(node, ast.SearchRegex):
+        return prefix + "/" + node.pattern.replace("/", "\\/") + "/"
+    if isinstance(node, ast.SearchRange):
+        low = "*" if node.low is None else _search_value(node.low)
+        high = "*" if node.high is None else _search_value(node.high)
+        return (
+            f"{node.field}:{'[' if node.include_low else '{'}{low} TO {high}"
+            f"{']' if node.include_high else '}'}"
+        )
+    if isinstance(node, ast.SearchCompare):
+        return f"{node.field} {node.op} {_search_value(node.value)}"
+    if isinstance(node, ast.SearchExists):
+        return f"_exists_:{node.field}"
+    raise TypeError(f"not a search node: {node!r}")
+
+
+def _search_word(text: str) -> str:
+    if _SWORD.fullmatch(text) and text not in _SEARCH_KEYWORDS:
+        return text
+    return quote(text)
+
+
+def _search_value(value) -> str:
+    if isinstance(value, bool):
+        return quote(str(value).lower())
+    if isinstance(value, int | float):
+        return repr(value) if isinstance(value, float) else str(value)
+    from query_lang.parser import _search_number
+
+    if _SWORD.fullmatch(value) and _search_number(value) == value and value != "*" and (
+        value not in _SEARCH_KEYWORDS
+    ):
+        return value
+    return quote(value)
+
+
+__all__ = [
+    "print_module",
+    "print_declaration",
+    "print_expr",
+    "print_pattern",
+    "print_search",
+    "print_duration",
+    "quote",
+]

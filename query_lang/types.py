@@ -1,0 +1,64 @@
+"""Value types of the expression language and the rules that combine them."""
+
+from __future__ import annotations
+
+# The types an expression can have. `text` fields behave as strings in expressions.
+STRING, INT, FLOAT, BOOL, TIMESTAMP, DURATION, LIST, NULL, ANY = (
+    "string", "int", "float", "bool", "timestamp", "duration", "list<string>", "null", "any",
+)
+
+NUMERIC = frozenset({INT, FLOAT})
+
+
+def from_field_type(type_name: str) -> str:
+    """The expression type of a declared field type."""
+    return STRING if type_name == "text" else type_name
+
+
+def describe(t: str) -> str:
+    """A type in words for error messages."""
+    return {
+        STRING: "a string",
+        INT: "an int",
+        FLOAT: "a float",
+        BOOL: "a boolean",
+        TIMESTAMP: "a timestamp",
+        DURATION: "a duration",
+        LIST: "a list of strings",
+        NULL: "null",
+        ANY: "a value",
+    }.get(t, t)
+
+
+def comparable(a: str, b: str) -> bool:
+    """Whether ``a < b`` / ``a == b`` makes sense."""
+    if ANY in (a, b) or NULL in (a, b):
+        return True
+    if a in NUMERIC and b in NUMERIC:
+        return True
+    return a == b
+
+
+def arithmetic(op: str, a: str, b: str) -> str | None:
+    """Result type of ``a op b``, or None when the combination is an error."""
+    if ANY in (a, b) or NULL in (a, b):
+        return ANY if NULL not in (a, b) else NULL
+    if a in NUMERIC and b in NUMERIC:
+        if op == "/" or FLOAT in (a, b):
+            return FLOAT
+        return INT
+    if op == "-" and a == TIMESTAMP and b == TIMESTAMP:
+        return DURATION
+    if op in ("+", "-") and a == TIMESTAMP and b == DURATION:
+        return TIMESTAMP
+    if op == "+" and a == DURATION and b == TIMESTAMP:
+        return TIMESTAMP
+    if op in ("+", "-") and a == DURATION and b == DURATION:
+        return DURATION
+    if op in ("*", "/") and a == DURATION and b in NUMERIC:
+        return DURATION
+    if op == "*" and a in NUMERIC and b == DURATION:
+        return DURATION
+    if op == "/" and a == DURATION and b == DURATION:
+        return FLOAT
+    return None
