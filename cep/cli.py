@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("files", nargs="+")
     fmt.set_defaults(handler=_cmd_format)
 
-    for module_name in ("cep.explain", "cep.run", "cep.alerts.cli", "cep.sample"):
+    for module_name in ("cep.explain", "cep.run", "cep.alerting", "cep.sample"):
         _add_optional_commands(sub, module_name)
     return parser
 

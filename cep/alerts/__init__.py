@@ -1,0 +1,90 @@
+"""Webhook alert delivery: matches are stored in a durable outbox and POSTed to endpoints,
+signed per Standard Webhooks, retried with backoff, and never lost or duplicated at receivers.
+
+Typical use::
+
+    outbox = Outbox("alerts.sqlite")
+    outbox.enqueue(match, [endpoint])          # durable before the match is acknowledged
+    Dispatcher(outbox, [endpoint]).drain(deadline_s=30.0)
+"""
+
+from __future__ import annotations
+
+from .breaker import BreakerState, CircuitBreaker
+from .clock import Clock, ManualClock, SystemClock
+from .dispatcher import Dispatcher, DrainResult, ResponseHook
+from .endpoint import Endpoint
+from .envelope import MATCH_EVENT_TYPE, envelope_body, match_id_of
+from .errors import (
+    AlertConfigError,
+    AlertError,
+    InvalidMatchError,
+    OutboxError,
+    SignatureError,
+    ThrottleStateError,
+    TransportError,
+)
+from .masking import mask_secret, mask_url
+from .outbox import (
+    AttemptRecord,
+    DeadLetter,
+    DeliveryState,
+    EndpointStatus,
+    Message,
+    Outbox,
+    Outcome,
+    replay,
+    status,
+)
+from .receiver import AlertCallback, ReceivedAlert, WebhookReceiver
+from .retry import DEFAULT_SCHEDULE, RetryPolicy, parse_retry_after
+from .signing import decode_secret, new_secret, sign, verify
+from .throttle import Throttle
+from .transport import HttpResponse, HttpTransport, Transport
+
+__all__ = [
+    "DEFAULT_SCHEDULE",
+    "MATCH_EVENT_TYPE",
+    "AlertCallback",
+    "AlertConfigError",
+    "AlertError",
+    "AttemptRecord",
+    "BreakerState",
+    "CircuitBreaker",
+    "Clock",
+    "DeadLetter",
+    "DeliveryState",
+    "Dispatcher",
+    "DrainResult",
+    "Endpoint",
+    "EndpointStatus",
+    "HttpResponse",
+    "HttpTransport",
+    "InvalidMatchError",
+    "ManualClock",
+    "Message",
+    "Outbox",
+    "OutboxError",
+    "Outcome",
+    "ReceivedAlert",
+    "ResponseHook",
+    "RetryPolicy",
+    "SignatureError",
+    "SystemClock",
+    "Throttle",
+    "ThrottleStateError",
+    "Transport",
+    "TransportError",
+    "WebhookReceiver",
+    "decode_secret",
+    "envelope_body",
+    "mask_secret",
+    "mask_url",
+    "match_id_of",
+    "new_secret",
+    "parse_retry_after",
+    "replay",
+    "sign",
+    "status",
+    "verify",
+]

@@ -1,0 +1,227 @@
+"""Deterministic, realistic sample event streams with planted patterns for the example rules.
+
+``vigil sample --out DIR --events N`` writes JSON lines, each event naming its stream, in
+event-time order (with a little bounded disorder, as real sources have). Background traffic
+looks like ordinary card payments, logins, orders, market ticks and news; on top of it the
+generator plants the situations the example rules look for and lists them in
+``DIR/planted.json`` so tests can check that every one is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+CITIES = {
+    "new_york": (40.7128, -74.0060),
+    "chicago": (41.8781, -87.6298),
+    "london": (51.5074, -0.1278),
+    "tokyo": (35.6762, 139.6503),
+    "sydney": (-33.8688, 151.2093),
+    "paris": (48.8566, 2.3522),
+}
+MERCHANTS = [
+    "corner_grocery", "city_fuel", "book_nook", "coffee_lab", "tech_mart", "fashion_hub",
+    "home_depot_42", "pharma_plus", "cinema_max", "pet_world", "sushi_bar", "shoe_box",
+]
+STOLEN_CARDS = ("4000123412341234", "4000999988887777")
+TOPICS = [
+    ("Local team wins the cup", "Fans celebrated downtown after the final whistle."),
+    ("Rain expected all week", "Forecasters warn of flooding near the river."),
+    ("New library opens", "The city opened a new public library with a maker space."),
+    ("Tech giant reports earnings", "Revenue grew on strong cloud demand."),
+    ("Markets close higher", "Stocks rallied as bond yields eased."),
+]
+SOURCES = ["wire", "daily_post", "tabloid", "business_weekly", "city_news"]
+
+
+@dataclass
+class Planted:
+    """What was planted, per rule, so a test can check it is found."""
+
+    card_testing: list[str] = field(default_factory=list)
+    impossible_travel: list[str] = field(default_factory=list)
+    stolen_card_use: list[str] = field(default_factory=list)
+    unpaid_order: list[str] = field(default_factory=list)
+    v_shape: list[str] = field(default_factory=list)
+    acme_news: list[str] = field(default_factory=list)
+    merchant_velocity: list[str] = field(default_factory=list)
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def generate(n_events: int, seed: int = 7) -> tuple[list[dict], Planted]:
+    """``n_events`` (about) events in event-time order and what was planted among them."""
+    rng = random.Random(seed)
+    events: list[tuple[datetime, int, dict]] = []
+    planted = Planted()
+    span = timedelta(seconds=max(3600, n_events * 2))  # ~0.5 events per second of event time
+    counter = iter(range(10**12))
+
+    def add(stream: str, t: datetime, **fields) -> None:
+        fields["ts"] = _iso(t)
+        events.append((t, next(counter), {"stream": stream, **fields}))
+
+    def at(fraction: float) -> datetime:
+        return START + span * fraction
+
+    n_cards = max(20, n_events // 40)
+    cards = [f"4{rng.randrange(10**14, 10**15):015d}" for _ in range(n_cards)]
+    home = {c: rng.choice(list(CITIES)) for c in cards}
+    users = [f"user_{i:05d}" for i in range(max(10, n_events // 80))]
+    user_city = {u: rng.choice(list(CITIES)) for u in users}
+
+    # background traffic, by share of the stream mix
+    n_background = int(n_events * 0.9)
+    for i in range(n_background):
+        t = at(rng.random())
+        kind = rng.random()
+        if kind < 0.55:
+            card = rng.choice(cards)
+            lat, lon = CITIES[home[card]]
+            add("txn", t, card_id=card, amount=round(math.exp(rng.gauss(3.3, 0.8)) + 1.5, 2),
+                merchant=rng.choice(MERCHANTS), country="US", lat=lat, lon=lon)
+        elif kind < 0.70:
+            user = rng.choice(users)
+            lat, lon = CITIES[user_city[user]]
+            add("logins", t, user_id=user, lat=lat, lon=lon)
+        elif kind < 0.82:
+            order = f"o-{i:07d}"
+            amount = round(rng.uniform(10, 400), 2)
+            add("orders", t, order_id=order, status="placed", amount=amount)
+            add("payments", t + timedelta(seconds=rng.randint(5, 600)), order_id=order,
+                amount=amount)
+        elif kind < 0.97:
+            pass  # ticks are generated as walks below
+        else:
+            title, body = rng.choice(TOPICS)
+            add("news", t, id=f"n-{i:07d}", title=title, body=body,
+                source=rng.choice(SOURCES), views=rng.randint(10, 50_000))
+
+    # market ticks: per symbol a random walk in runs of twelve steps up or down
+    symbols = ["ACME", "GLOBEX", "INITECH", "UMBRELLA"]
+    n_ticks = max(40, int(n_events * 0.15))
+    for s_i, symbol in enumerate(symbols):
+        price = 100.0 + 10 * s_i
+        t = START
+        step = span / (n_ticks // len(symbols) + 1)
+        direction = 1
+        for k in range(n_ticks // len(symbols)):
+            if k % 12 == 0:
+                direction = -direction
+            price = round(max(1.0, price + direction * rng.uniform(0.05, 0.5)), 2)
+            t = t + step
+            add("ticks", t, symbol=symbol, price=price)
+
+    plant = max(1, n_events // 2000)
+    for p in range(plant):
+        base = at(rng.uniform(0.05, 0.85))
+        # card testing: 3-5 tiny charges, then a large one elsewhere, within 10 minutes
+        card = f"4{rng.randrange(10**14, 10**15):015d}"
+        probes = rng.randint(3, 5)
+        for k in range(probes):
+            add("txn", base + timedelta(seconds=40 * k), card_id=card,
+                amount=round(rng.uniform(0.10, 0.95), 2), merchant="probe_shop", country="US",
+                lat=40.7, lon=-74.0)
+        add("txn", base + timedelta(seconds=40 * probes + 60), card_id=card,
+            amount=round(rng.uniform(600, 2500), 2), merchant="luxury_watches", country="US",
+            lat=40.7, lon=-74.0)
+        planted.card_testing.append(card)
+
+        # impossible travel: New York then Tokyo one hour later
+        user = f"traveller_{p:04d}"
+        add("logins", base, user_id=user, lat=CITIES["new_york"][0], lon=CITIES["new_york"][1])
+        add("logins", base + timedelta(hours=1), user_id=user, lat=CITIES["tokyo"][0],
+            lon=CITIES["tokyo"][1])
+        planted.impossible_travel.append(user)
+
+        # an order that is never paid
+        order = f"unpaid-{p:05d}"
+        add("orders", base, order_id=order, status="placed", amount=199.0)
+        planted.unpaid_order.append(order)
+
+        # a news article the standing query must find
+        doc = f"acme-{p:05d}"
+        add("news", base, id=doc, title="ACME Corp announces restructuring",
+            body="The company confirmed layoffs across three divisions after the merger talks.",
+            source="wire", views=rng.randint(1_000, 90_000))
+        planted.acme_news.append(doc)
+
+    # one V shape per symbol, in a quiet stretch after the walk
+    for s_i, symbol in enumerate(symbols):
+        t = START + span + timedelta(minutes=5 + s_i)
+        prices = [150.0, 149.0, 147.5, 146.0, 148.0, 151.0]
+        for k, price in enumerate(prices):
+            add("ticks", t + timedelta(seconds=k), symbol=f"{symbol}_V", price=price)
+        planted.v_shape.append(f"{symbol}_V")
+
+    # stolen cards used once each
+    for k, card in enumerate(STOLEN_CARDS):
+        add("txn", at(0.3 + 0.2 * k), card_id=card, amount=42.0, merchant="city_fuel",
+            country="US", lat=41.9, lon=-87.6)
+        planted.stolen_card_use.append(card)
+
+    # a card-testing bot: 60 distinct cards at one merchant within five minutes
+    burst = at(0.5)
+    for k in range(60):
+        add("txn", burst + timedelta(seconds=5 * k), card_id=f"5{k:015d}", amount=12.0,
+            merchant="bot_target_store", country="US", lat=37.7, lon=-122.4)
+    planted.merchant_velocity.append("bot_target_store")
+
+    events.sort(key=lambda e: (e[0], e[1]))
+    # bounded disorder: swap neighbours less than 5 s apart now and then, as real feeds do
+    out = [e[2] for e in events]
+    times = [e[0] for e in events]
+    for i in range(1, len(out)):
+        if rng.random() < 0.02 and (times[i] - times[i - 1]).total_seconds() < 5:
+            out[i - 1], out[i] = out[i], out[i - 1]
+    return out, planted
+
+
+def write_sample(out_dir: str, n_events: int, *, seed: int = 7, files: int = 4) -> Planted:
+    """Write the events as ``part-NNNNN.jsonl`` files (in time order across files) plus
+    ``planted.json``; returns what was planted."""
+    events, planted = generate(n_events, seed)
+    os.makedirs(out_dir, exist_ok=True)
+    for name in os.listdir(out_dir):
+        if name.startswith("part-") and name.endswith(".jsonl"):
+            os.remove(os.path.join(out_dir, name))
+    per_file = max(1, math.ceil(len(events) / files))
+    for f in range(0, len(events), per_file):
+        path = os.path.join(out_dir, f"part-{f // per_file:05d}.jsonl")
+        with open(path, "w", encoding="utf-8") as fh:
+            for event in events[f : f + per_file]:
+                fh.write(json.dumps(event, separators=(",", ":")) + "\n")
+    with open(os.path.join(out_dir, "planted.json"), "w", encoding="utf-8") as fh:
+        json.dump(planted.__dict__, fh, indent=2)
+        fh.write("\n")
+    return planted
+
+
+def configure_parser(sub) -> None:
+    parser = sub.add_parser("sample", help="write sample events with planted patterns")
+    parser.add_argument("--out", required=True, help="directory to write part-*.jsonl into")
+    parser.add_argument("--events", type=int, default=20_000, help="about how many events")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--files", type=int, default=4, help="number of part files")
+    parser.set_defaults(handler=_cmd_sample)
+
+
+def _cmd_sample(args: argparse.Namespace) -> int:
+    if args.events < 1 or args.files < 1:
+        from cep.cli import UsageError
+
+        raise UsageError("--events and --files must be at least 1")
+    planted = write_sample(args.out, args.events, seed=args.seed, files=args.files)
+    total = sum(len(v) for v in planted.__dict__.values())
+    print(f"wrote about {args.events} events to {args.out}/part-*.jsonl "
+          f"({total} planted situations in planted.json)")
+    return 0
