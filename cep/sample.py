@@ -39,6 +39,7 @@ TOPICS = [
     ("Markets close higher", "Stocks rallied as bond yields eased."),
 ]
 SOURCES = ["wire", "daily_post", "tabloid", "business_weekly", "city_news"]
+SERVICES = ["checkout", "search", "catalog", "payments-api", "auth-api"]
 
 
 @dataclass
@@ -52,6 +53,11 @@ class Planted:
     v_shape: list[str] = field(default_factory=list)
     acme_news: list[str] = field(default_factory=list)
     merchant_velocity: list[str] = field(default_factory=list)
+    account_takeover: list[str] = field(default_factory=list)
+    error_burst: list[str] = field(default_factory=list)
+    latency_p99: list[str] = field(default_factory=list)
+    brute_force_success: list[str] = field(default_factory=list)
+    breach_watch: list[str] = field(default_factory=list)
 
 
 def _iso(t: datetime) -> str:
@@ -84,16 +90,32 @@ def generate(n_events: int, seed: int = 7) -> tuple[list[dict], Planted]:
     for i in range(n_background):
         t = at(rng.random())
         kind = rng.random()
-        if kind < 0.55:
+        if kind < 0.40:
             card = rng.choice(cards)
             lat, lon = CITIES[home[card]]
             add("txn", t, card_id=card, amount=round(math.exp(rng.gauss(3.3, 0.8)) + 1.5, 2),
                 merchant=rng.choice(MERCHANTS), country="US", lat=lat, lon=lon)
-        elif kind < 0.70:
+        elif kind < 0.50:
             user = rng.choice(users)
             lat, lon = CITIES[user_city[user]]
             add("logins", t, user_id=user, lat=lat, lon=lon)
-        elif kind < 0.82:
+        elif kind < 0.58:
+            user = rng.choice(users)
+            action = rng.choice(["login", "login", "login", "transfer", "password_reset"])
+            add("account", t, user_id=user, action=action, device=f"dev-{user[-3:]}",
+                amount=round(rng.uniform(5, 900), 2) if action == "transfer" else None)
+        elif kind < 0.72:
+            service = rng.choice(SERVICES)
+            level = rng.choices(["info", "warn", "error"], [0.9, 0.08, 0.02])[0]
+            add("app_log", t, service=service, level=level, message=f"{service} handled request",
+                latency_ms=round(math.exp(rng.gauss(3.5, 0.5)), 1))
+        elif kind < 0.78:
+            user = rng.choice(users)
+            if rng.random() < 0.1:
+                add("auth", t - timedelta(seconds=8), user_id=user, source_ip="10.0.0.8",
+                    outcome="failure")
+            add("auth", t, user_id=user, source_ip="10.0.0.8", outcome="success")
+        elif kind < 0.84:
             order = f"o-{i:07d}"
             amount = round(rng.uniform(10, 400), 2)
             add("orders", t, order_id=order, status="placed", amount=amount)
@@ -155,6 +177,32 @@ def generate(n_events: int, seed: int = 7) -> tuple[list[dict], Planted]:
             source="wire", views=rng.randint(1_000, 90_000))
         planted.acme_news.append(doc)
 
+        # account takeover: reset, new device, large transfer within 30 minutes
+        victim = f"victim_{p:04d}"
+        add("account", base, user_id=victim, action="password_reset", device="dev-old",
+            amount=None)
+        add("account", base + timedelta(minutes=4), user_id=victim, action="device_added",
+            device=f"dev-unknown-{p}", amount=None)
+        add("account", base + timedelta(minutes=9), user_id=victim, action="transfer",
+            device=f"dev-unknown-{p}", amount=round(rng.uniform(1500, 9000), 2))
+        planted.account_takeover.append(victim)
+
+        # brute force: eight failures then a success from one address
+        target = f"admin_{p:04d}"
+        for k in range(8):
+            add("auth", base + timedelta(seconds=10 * k), user_id=target,
+                source_ip="203.0.113.7", outcome="failure")
+        add("auth", base + timedelta(seconds=95), user_id=target, source_ip="203.0.113.7",
+            outcome="success")
+        planted.brute_force_success.append(target)
+
+        # a breach story about a portfolio company
+        doc = f"breach-{p:05d}"
+        add("news", base + timedelta(minutes=1), id=doc, title="Globex confirms data breach",
+            body="Globex said a data breach exposed customer records; ransomware is suspected.",
+            source="business_weekly", views=rng.randint(100, 9000))
+        planted.breach_watch.append(doc)
+
     # one V shape per symbol, in a quiet stretch after the walk
     for s_i, symbol in enumerate(symbols):
         t = START + span + timedelta(minutes=5 + s_i)
@@ -175,6 +223,15 @@ def generate(n_events: int, seed: int = 7) -> tuple[list[dict], Planted]:
         add("txn", burst + timedelta(seconds=5 * k), card_id=f"5{k:015d}", amount=12.0,
             merchant="bot_target_store", country="US", lat=37.7, lon=-122.4)
     planted.merchant_velocity.append("bot_target_store")
+
+    # an incident: one service logs a burst of errors and slows down for a few minutes
+    incident = at(0.6)
+    for k in range(120):
+        add("app_log", incident + timedelta(seconds=2 * k), service="inventory",
+            level="error" if k % 3 == 0 else "info", message="inventory timeout talking to db",
+            latency_ms=round(rng.uniform(700, 2500), 1))
+    planted.error_burst.append("inventory")
+    planted.latency_p99.append("inventory")
 
     events.sort(key=lambda e: (e[0], e[1]))
     # bounded disorder: swap neighbours less than 5 s apart now and then, as real feeds do
