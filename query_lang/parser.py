@@ -447,14 +447,13 @@ class _ToAst(Transformer):
 
     @staticmethod
     def _resolve_define_stream(define: ast.Define, streams: tuple[str, ...]) -> ast.Define:
-        # `v as payments` in a multi-stream rule names a stream, not a boolean field
+        # `v as payments` names one of the rule's streams, not a boolean field
         cond = define.condition
         if (
             define.stream is None
             and isinstance(cond, ast.FieldRef)
             and cond.qualifier is None
             and cond.name in streams
-            and len(streams) > 1
         ):
             return dataclasses.replace(define, stream=cond.name, condition=None)
         return define
