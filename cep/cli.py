@@ -78,6 +78,27 @@ def _cmd_format(args: argparse.Namespace) -> int:
     return status
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from cep.engine import load_list
+    from cep.explain import describe, to_dot
+    from cep.nfa import compile_rule
+    from query_lang import check_program
+
+    program, errors = check_program(expand_rule_paths([args.file]))
+    for err in errors:
+        print(err.render(), file=sys.stderr)
+    if errors:
+        return EXIT_ERRORS
+    rule = program.rules.get(args.rule)
+    if rule is None:
+        known = ", ".join(sorted(program.rules)) or "none"
+        raise UsageError(f"no rule named '{args.rule}' in {args.file} (rules: {known})")
+    lists = {name: load_list(decl) for name, decl in program.lists.items()}
+    compiled = compile_rule(rule, lists=lists, streams=program.streams)
+    print(to_dot(compiled) if args.format == "dot" else describe(compiled))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vigil",
@@ -95,7 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("files", nargs="+")
     fmt.set_defaults(handler=_cmd_format)
 
-    for module_name in ("cep.explain", "cep.run", "cep.alerting", "cep.sample"):
+    explain = sub.add_parser("explain", help="print a rule's compiled automaton")
+    explain.add_argument("file", help="the rule file")
+    explain.add_argument("--rule", required=True, help="the rule's name")
+    explain.add_argument("--format", choices=("text", "dot"), default="text",
+                         help="text (default) or Graphviz DOT")
+    explain.set_defaults(handler=_cmd_explain)
+
+    for module_name in ("cep.run", "cep.alerting", "cep.sample", "cep.demo"):
         _add_optional_commands(sub, module_name)
     return parser
 
