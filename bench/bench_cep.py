@@ -1,0 +1,301 @@
+"""Benchmark of the embedded CEP engine on four workloads, with peers run in their own venvs.
+
+Generates a deterministic event file (default 1,000,000 events over 10,000 keys), runs each
+workload through ``cep.Engine.feed_batch`` and reports events/s; in the same run, the Python
+``eql`` engine runs the W1 sequence and PyFlink ``MATCH_RECOGNIZE`` runs W2, each as a
+subprocess of its own virtualenv reading the same file::
+
+    python3 -m venv .venv-eql && .venv-eql/bin/pip install eql
+    python3 -m venv .venv-flink && .venv-flink/bin/pip install apache-flink==2.3.0
+    .venv/bin/python bench/bench_cep.py [--events N] [--keys K] [--markdown bench/results/cep.md]
+
+Workloads: W1 card testing (relaxed, selective conditions), W2 V-shape (strict, ``prev``),
+W3 unpaid order (trailing absence), W4 a three-step ``contiguity any`` pattern in a short window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cep.engine import Engine  # noqa: E402
+
+STREAM = """
+stream ev (id int, key string, kind string, amount float, merchant string, price float,
+           ts timestamp)
+  time ts unit ms lateness 5s id id
+"""
+
+WORKLOADS = {
+    "W1": """
+rule w1_card_testing "probes, then a large purchase at another merchant"
+  from ev by key
+  pattern probe{3,} big
+  define probe as amount < 1.00,
+         big   as amount > 500 and merchant != last(probe).merchant
+  within 10m
+  emit key, count(probe) as probes, big.amount as amount
+""",
+    "W2": """
+rule w2_v_shape "price falls, then rises (strict, prev)"
+  from ev by key
+  pattern start down+ up+
+  contiguity strict
+  define down as price < prev(price),
+         up   as price > prev(price)
+  emit key, last(down).price as bottom, last(up).price as top
+""",
+    "W3": """
+rule w3_unpaid "an order without a payment within 15 minutes"
+  from ev by key
+  pattern placed !paid
+  define placed as kind == "order",
+         paid   as kind == "payment"
+  within 15m
+""",
+    "W4": """
+rule w4_any "login, reset, logout in any combination within a minute"
+  from ev by key
+  pattern a b c
+  contiguity any
+  define a as kind == "login",
+         b as kind == "reset",
+         c as kind == "logout"
+  within 1m
+""",
+}
+
+DESCRIPTIONS = {
+    "W1": "card testing: `probe{3,} big` relaxed, within 10m",
+    "W2": "V-shape: `start down+ up+` strict, prev()",
+    "W3": "unpaid order: `placed !paid` within 15m (trailing absence)",
+    "W4": "`a b c` contiguity any, within 1m",
+}
+
+KINDS = ["browse", "order", "payment", "login", "reset", "logout"]
+KIND_P = [0.885, 0.03, 0.025, 0.025, 0.02, 0.015]
+
+
+# ---------------------------------------------------------------------- data
+
+
+def generate(n: int, keys: int, seed: int = 20261121) -> pd.DataFrame:
+    """Deterministic events: ~10 ms apart, 5% out of order by up to 2 s (within lateness),
+    a per-key random-walk price, rare probes and large amounts plus injected card-testing
+    bursts."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(10.0, n)
+    ts = (1_767_225_600_000 + np.cumsum(gaps)).astype(np.int64)
+    disorder = rng.random(n) < 0.05
+    ts[disorder] -= rng.integers(0, 2000, disorder.sum())
+    key_ids = rng.integers(0, keys, n)
+    kind = np.asarray(KINDS, dtype=object)[rng.choice(len(KINDS), n, p=KIND_P)]
+    amount = np.round(rng.lognormal(3.5, 1.2, n), 2)
+    merchant_ids = rng.integers(0, 50, n)
+    steps = rng.choice([-1.0, 0.0, 1.0], n, p=[0.45, 0.1, 0.45])
+    bursts = max(1, n // 2000)
+    for _ in range(bursts):
+        size = int(rng.integers(3, 7))
+        start = int(rng.integers(0, max(1, n - 60 * (size + 1))))
+        rows = start + np.arange(size + 1) * int(rng.integers(5, 60))
+        rows = rows[rows < n]
+        key_ids[rows] = rng.integers(0, keys)
+        amount[rows[:-1]] = np.round(rng.uniform(0.05, 0.99, len(rows) - 1), 2)
+        merchant_ids[rows[:-1]] = 50  # the probing merchant
+        amount[rows[-1]] = np.round(rng.uniform(600, 3000), 2)
+    price = 100.0 + pd.Series(steps).groupby(key_ids).cumsum().to_numpy()
+    names = np.asarray([f"k{i:05d}" for i in range(keys)], dtype=object)
+    merchants = np.asarray([f"m{i:02d}" for i in range(51)], dtype=object)
+    return pd.DataFrame(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "key": names[key_ids],
+            "kind": kind,
+            "amount": amount,
+            "merchant": merchants[merchant_ids],
+            "price": price,
+            "ts": ts,
+        }
+    )
+
+
+# ---------------------------------------------------------------------- our engine
+
+
+@dataclass
+class Result:
+    workload: str
+    events: int
+    seconds: float
+    cpu_seconds: float
+    matches: int
+    late: int
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds else float("inf")
+
+    @property
+    def cpu_rate(self) -> float:
+        return self.events / self.cpu_seconds if self.cpu_seconds else float("inf")
+
+
+def run_engine(workload: str, frame: pd.DataFrame, batch_rows: int) -> Result:
+    engine = Engine()
+    engine.register(STREAM + WORKLOADS[workload])
+    matches = 0
+    started, cpu_started = time.perf_counter(), time.process_time()
+    for lo in range(0, len(frame), batch_rows):
+        engine.feed_batch(frame.iloc[lo : lo + batch_rows])
+        matches += len(engine.drain())
+    engine.close()
+    matches += len(engine.drain())
+    seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
+    return Result(workload, len(frame), seconds, cpu_seconds, matches, engine.stats.late)
+
+
+# ---------------------------------------------------------------------- peers
+
+
+def run_peer(venv: str, script: str, args: list[str], timeout: float) -> dict | None:
+    python = ROOT / venv / "bin" / "python"
+    if not python.exists():
+        print(f"  {venv} not found: skipping (see the module docstring)", file=sys.stderr)
+        return None
+    cmd = [str(python), str(ROOT / "bench" / "peers" / script), *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "VIRTUAL_ENV"))}
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"  {script} timed out after {timeout:.0f}s", file=sys.stderr)
+        return {"timeout": timeout}
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        print(f"  {script} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["wall_seconds"] = wall
+    return result
+
+
+# ---------------------------------------------------------------------- report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, default=100_000, help="rows per feed_batch call")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4")
+    parser.add_argument("--data", default=str(ROOT / "out" / "bench_cep"), help="data directory")
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument(
+        "--reuse-peers", action="store_true", help="reuse the peers' results of an earlier run"
+    )
+    parser.add_argument("--peer-timeout", type=float, default=1800.0)
+    parser.add_argument("--markdown", help="write the results table to this file")
+    args = parser.parse_args(argv)
+
+    data_dir = Path(args.data)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = data_dir / f"events_{args.events}_{args.keys}.csv"
+    started = time.perf_counter()
+    frame = generate(args.events, args.keys)
+    if not csv_path.exists():
+        frame.to_csv(csv_path, index=False)
+    print(
+        f"data: {len(frame):,} events, {args.keys:,} keys, {csv_path} "
+        f"({time.perf_counter() - started:.1f}s)",
+        file=sys.stderr,
+    )
+    # The engine is measured on data already in memory, like the peers' processing time;
+    # reading the CSV is reported separately.
+    load_started = time.perf_counter()
+    frame = pd.read_csv(csv_path, engine="pyarrow")
+    load_seconds = time.perf_counter() - load_started
+
+    results: dict[str, Result] = {}
+    for workload in args.workloads.split(","):
+        result = run_engine(workload, frame, args.batch)
+        results[workload] = result
+        print(
+            f"{workload}: {result.rate:,.0f} events/s ({result.seconds:.2f}s, "
+            f"CPU {result.cpu_rate:,.0f}/s), "
+            f"{result.matches:,} matches, {result.late} late",
+            file=sys.stderr,
+        )
+
+    peers: dict[str, dict | None] = {}
+    cache = data_dir / f"peers_{args.events}_{args.keys}.json"
+    if args.reuse_peers and cache.exists():
+        peers = json.loads(cache.read_text())
+        print(f"peers: reusing {cache}", file=sys.stderr)
+    elif not args.no_peers:
+        peers["eql"] = run_peer(".venv-eql", "eql_w1.py", [str(csv_path)], args.peer_timeout)
+        print(f"eql W1: {peers['eql']}", file=sys.stderr)
+        peers["flink"] = run_peer(".venv-flink", "flink_w2.py", [str(csv_path)], args.peer_timeout)
+        print(f"flink W2: {peers['flink']}", file=sys.stderr)
+        cache.write_text(json.dumps(peers))
+
+    table = report(args, results, peers, load_seconds)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+    return 0
+
+
+def report(args, results: dict[str, Result], peers: dict, load_seconds: float) -> str:
+    lines = [
+        f"Embedded engine, `feed_batch` in batches of {args.batch:,} rows, "
+        f"{args.events:,} events over {args.keys:,} keys "
+        f"(Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores; "
+        f"reading the CSV took {load_seconds:.2f}s and is not included).",
+        "",
+        "| workload | what | events/s (wall) | events/s (CPU) | seconds | matches | late |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        lines.append(
+            f"| {name} | {DESCRIPTIONS[name]} | {r.rate:,.0f} | {r.cpu_rate:,.0f} | "
+            f"{r.seconds:.2f} | {r.matches:,} | {r.late} |"
+        )
+    lines += [
+        "",
+        "| peer | workload | events/s (wall) | seconds (processing) | process wall (incl. "
+        "start-up) | matches | Vigil / peer (wall) | Vigil / peer (CPU) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for peer, workload in (("eql", "W1"), ("flink", "W2")):
+        data = peers.get(peer)
+        ours = results.get(workload)
+        if not data or "seconds" not in data or ours is None:
+            lines.append(f"| {peer} | {workload} | n/a | n/a | n/a | n/a | n/a | n/a |")
+            continue
+        rate = data["events"] / data["seconds"]
+        cpu = data.get("cpu_seconds")
+        cpu_ratio = f"{ours.cpu_rate / (data['events'] / cpu):.1f}x" if cpu else "n/a (JVM)"
+        lines.append(
+            f"| {data['engine']} | {workload} | {rate:,.0f} | {data['seconds']:.2f} | "
+            f"{data['wall_seconds']:.2f} | {data['matches']:,} | {ours.rate / rate:.1f}x | "
+            f"{cpu_ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,583 @@
+"""Per-key processing of compiled rules: the :class:`cep.keyed.KeyedProcessor` behind both engines.
+
+A :class:`RuleProcessor` serves rules that share one key definition. The embedded engine keeps
+each key's :class:`KeyState` as a live object; the Spark operator stores it as bytes between
+calls (:meth:`RuleProcessor.process`). Both run the same :meth:`RuleProcessor.run_events` and
+:meth:`RuleProcessor.fire_timers`, so both engines report the same matches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cep.events import (
+    SEQ_FIELD,
+    STREAM_FIELD,
+    BadEventError,
+    EngineError,
+    Event,
+    EventReason,
+    StateError,
+    StreamSchema,
+    dead_letter,
+    stream_of,
+)
+from cep.eventtime import END_OF_INPUT, NO_WATERMARK, iso_ms
+from cep.keyed import ProcessResult
+from query_lang import ast
+from query_lang.ast import StreamDecl
+
+__all__ = [
+    "NOT_REGISTERED",
+    "KeyState",
+    "RuleProcessor",
+    "RuleRuntime",
+    "key_signature",
+    "must_see_every_event",
+    "start_bits",
+]
+
+NOT_REGISTERED = object()
+"""Mask value for a rule that was registered after the event arrived: the rule skips it."""
+
+_MAGIC = b"VGKS"
+_FORMAT_VERSION = 1
+_HEADER = struct.Struct("<4sBqI")
+_RULE_HEAD = struct.Struct("<HII")
+_BLOB = struct.Struct("<I")
+
+
+class RuleRuntime(Protocol):
+    """The NFA runtime functions the processor drives (``cep.runtime``)."""
+
+    def new_state(self, rule: Any, key: tuple | None = None) -> Any: ...
+
+    def process_event(
+        self, rule: Any, state: Any, event: Event, mask: int | None = None
+    ) -> list: ...
+
+    def advance_watermark(self, rule: Any, state: Any, watermark_ms: int) -> list: ...
+
+    def state_from_bytes(self, data: bytes, rule: Any) -> Any: ...
+
+
+class _DefaultRuntime:
+    """Adapter over ``cep.runtime``, imported on first use."""
+
+    def __init__(self) -> None:
+        from cep import runtime
+
+        self._rt = runtime
+        self.new_state = runtime.new_state
+        self.process_event = runtime.process_event
+        self.advance_watermark = runtime.advance_watermark
+
+    def state_from_bytes(self, data: bytes, rule: Any) -> Any:
+        return self._rt.RuleState.from_bytes(data, rule)
+
+
+def key_signature(rule: Any) -> tuple:
+    """A hashable description of a rule's key definition; rules with equal ones share keys."""
+    fields = tuple(sorted((stream, tuple(names)) for stream, names in rule.key_fields.items()))
+    var_keys = getattr(rule, "var_keys", None) or {}
+    if not var_keys:
+        return fields
+    # Per-step keys (`define v as ... by f`) make a rule's keys its own.
+    return (fields, rule.name)
+
+
+@dataclass
+class KeyState:
+    """Everything one partition key remembers between calls.
+
+    Attributes
+    ----------
+    rules:
+        Rule name -> the runtime's per-key state of that rule (absent when empty).
+    pending:
+        Events accepted but not yet released (their time is above the watermark); used by
+        :meth:`RuleProcessor.process` only, the embedded engine buffers globally.
+    watermark:
+        The last watermark this key was advanced to; events below it are late.
+    max_ts:
+        Largest event time per stream seen for this key (for a watermark of its own when the
+        caller supplies none).
+    """
+
+    rules: dict[str, Any] = field(default_factory=dict)
+    pending: list[Event] = field(default_factory=list)
+    watermark: int = NO_WATERMARK
+    max_ts: dict[str, int] = field(default_factory=dict)
+
+    def next_timer_ms(self) -> int | None:
+        """The earliest event time at which the key must be woken, or ``None``."""
+        times = [t for st in self.rules.values() if (t := st.next_timer_ms) is not None]
+        if self.pending:
+            times.append(min(e.ts for e in self.pending))
+        return min(times) if times else None
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.rules and not self.pending
+
+
+class RuleProcessor:
+    """Runs compiled rules that share one key definition, one key at a time.
+
+    Parameters
+    ----------
+    rules:
+        Compiled rules (``cep.nfa.CompiledRule``); all must have the same ``key_fields``.
+    streams:
+        Stream name -> declaration (or prepared :class:`StreamSchema`), for validating raw events.
+    lateness_ms:
+        Overrides every stream's declared lateness when given.
+    runtime:
+        The NFA runtime; defaults to ``cep.runtime`` (tests pass a double).
+    dropped_partials:
+        Counter (rule name -> partial matches dropped by the ``max_partials`` cap) to which the
+        counts of rule states are added when they are discarded; the live states keep their own.
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Any],
+        streams: Mapping[str, StreamDecl | StreamSchema],
+        *,
+        lateness_ms: int | None = None,
+        runtime: RuleRuntime | None = None,
+        dropped_partials: Counter[str] | None = None,
+    ) -> None:
+        if not rules:
+            raise EngineError("a RuleProcessor needs at least one rule")
+        signature = key_signature(rules[0])
+        for rule in rules[1:]:
+            if key_signature(rule) != signature:
+                raise EngineError(
+                    f"rules '{rules[0].name}' and '{rule.name}' are partitioned differently; "
+                    "give them separate processors"
+                )
+        names = [rule.name for rule in rules]
+        if len(set(names)) != len(names):
+            raise EngineError(f"duplicate rule names in one processor: {names}")
+        self.rules: tuple[Any, ...] = tuple(rules)
+        self.key_fields: dict[str, tuple[str, ...]] = {
+            stream: tuple(fields) for stream, fields in rules[0].key_fields.items()
+        }
+        self.schemas: dict[str, StreamSchema] = {
+            name: decl
+            if isinstance(decl, StreamSchema)
+            else StreamSchema.from_decl(decl, lateness_ms=lateness_ms)
+            for name, decl in streams.items()
+        }
+        self.runtime: RuleRuntime = runtime if runtime is not None else _DefaultRuntime()
+        by_stream: dict[str, list[tuple[int, Any]]] = {}
+        for index, rule in enumerate(self.rules):
+            for stream in rule.streams:
+                by_stream.setdefault(stream, []).append((index, rule))
+        self._by_stream = {s: tuple(v) for s, v in by_stream.items()}
+        self._must_see = tuple(must_see_every_event(rule) for rule in self.rules)
+        first = self.rules[0]
+        self._keys_of = first.keys_of if getattr(first, "var_keys", None) else None
+        self._start_bits = tuple(start_bits(rule) for rule in self.rules)
+        self._rule_by_name = {rule.name: rule for rule in self.rules}
+        self.dropped_partials: Counter[str] = (
+            dropped_partials if dropped_partials is not None else Counter()
+        )
+
+    @property
+    def multi_key(self) -> bool:
+        """Whether an event may belong to several keys (steps with their own ``by``)."""
+        return self._keys_of is not None
+
+    @property
+    def streams(self) -> frozenset[str]:
+        """Streams read by at least one of the rules."""
+        return frozenset(self._by_stream)
+
+    # ------------------------------------------------------------------ keys
+
+    def key_of(self, event: Mapping[str, Any]) -> tuple | None:
+        """The partition key of a raw event (a dict with a ``stream`` field), or ``None``."""
+        fields = self.key_fields.get(event.get(STREAM_FIELD))  # type: ignore[arg-type]
+        if fields is None:
+            return None
+        key = tuple(event.get(name) for name in fields)
+        return None if any(v is None for v in key) else key
+
+    def keys_of(self, event: Mapping[str, Any]) -> list[tuple]:
+        """Every partition key of a raw event: one, or several when steps have their own
+        ``by`` (the event is considered under each key it yields); empty when a key is null."""
+        stream = event.get(STREAM_FIELD)
+        if self._keys_of is None or not isinstance(stream, str):
+            key = self.key_of(event)
+            return [] if key is None else [key]
+        return [k for k in self._keys_of(stream, event) if None not in k]
+
+    def keys_of_event(self, event: Event) -> list[tuple]:
+        """:meth:`keys_of` for a validated event."""
+        if self._keys_of is None:
+            key = self.key_of_event(event)
+            return [] if key is None else [key]
+        return [k for k in self._keys_of(event.stream, event.fields) if None not in k]
+
+    def key_of_event(self, event: Event) -> tuple | None:
+        """The partition key of a validated event, or ``None`` when a key field is null."""
+        fields = self.key_fields.get(event.stream)
+        if fields is None:
+            return None
+        values = event.fields
+        if len(fields) == 1:
+            value = values.get(fields[0])
+            return None if value is None else (value,)
+        key = tuple(values.get(name) for name in fields)
+        return None if None in key else key
+
+    def missing_key_detail(self, event: Event) -> str:
+        """Why :meth:`key_of_event` gave no key, for the dead letter."""
+        fields = self.key_fields.get(event.stream, ())
+        missing = [n for n in fields if event.fields.get(n) is None]
+        rules = ", ".join(rule.name for _, rule in self._by_stream.get(event.stream, ()))
+        return (
+            f"key field(s) {', '.join(repr(m) for m in missing)} missing or null (rules: {rules})"
+        )
+
+    # ------------------------------------------------------------------ the shared core
+
+    def wants(self, stream: str) -> bool:
+        """Whether any rule reads events of ``stream``."""
+        return stream in self._by_stream
+
+    def run_events(
+        self,
+        key: tuple,
+        state: KeyState,
+        items: Iterable[tuple[Event, Sequence[int] | None]],
+        outputs: list[dict[str, Any]],
+    ) -> None:
+        """Feed released events of one key, in ``(ts, seq)`` order, to every rule reading them.
+
+        ``items`` pairs each event with its per-rule columnar masks (aligned with
+        :attr:`rules`) or ``None`` to evaluate every condition row-wise. A rule whose mask is 0
+        is skipped unless it needs every event (strict contiguity, ``prev``, negation).
+        The runtime fires a key's deadlines that an event's time passes before taking the
+        event, so where the caller's watermark happens to stand never changes what a key
+        reports.
+        """
+        process_event = self.runtime.process_event
+        new_state = self.runtime.new_state
+        rule_states = state.rules
+        by_stream = self._by_stream
+        must_see = self._must_see
+        start = self._start_bits
+        for event, masks in items:
+            for index, rule in by_stream.get(event.stream, ()):
+                mask = None if masks is None else masks[index]
+                if mask is not None:
+                    if mask is NOT_REGISTERED:
+                        continue
+                    if not must_see[index]:
+                        if mask == 0:
+                            continue
+                        # Nothing pending for this key and the event cannot begin a match:
+                        # the runtime would only count it.
+                        if not mask & start[index] and rule.name not in rule_states:
+                            continue
+                st = rule_states.get(rule.name)
+                if st is None:
+                    st = rule_states[rule.name] = new_state(rule, key)
+                found = process_event(rule, st, event, mask)
+                if found:
+                    _extend(outputs, found)
+        for name in [n for n, st in rule_states.items() if st.is_empty]:
+            self._retire(rule_states, name)
+
+    def fire_timers(
+        self, state: KeyState, watermark_ms: int, outputs: list[dict[str, Any]]
+    ) -> None:
+        """Advance every rule of the key whose timer is due at ``watermark_ms``; at
+        :data:`~cep.eventtime.END_OF_INPUT` every rule, so matches waiting to grow are flushed."""
+        rt = self.runtime
+        end = watermark_ms >= END_OF_INPUT
+        for name, st in list(state.rules.items()):
+            due = st.next_timer_ms
+            if end:
+                _extend(outputs, rt.advance_watermark(self._rule_by_name[name], st, math.inf))
+            elif due is not None and due <= watermark_ms:
+                _extend(outputs, rt.advance_watermark(self._rule_by_name[name], st, watermark_ms))
+            if st.is_empty:
+                self._retire(state.rules, name)
+        state.watermark = max(state.watermark, watermark_ms)
+
+    def _retire(self, rule_states: dict[str, Any], name: str) -> None:
+        dropped = getattr(rule_states.pop(name), "dropped_partials", 0)
+        if dropped:
+            self.dropped_partials[name] += dropped
+
+    def drop_rule(self, state: KeyState, name: str) -> None:
+        """Forget one rule's state for the key."""
+        if name in state.rules:
+            self._retire(state.rules, name)
+
+    # ------------------------------------------------------------------ KeyedProcessor
+
+    def process(
+        self,
+        key: tuple,
+        state: bytes | None,
+        events: Sequence[Mapping[str, Any]],
+        watermark_ms: int | None,
+    ) -> ProcessResult:
+        """Validate a key's raw events, release those the watermark passed, and run them.
+
+        ``events`` are dicts of the stream's fields plus ``stream`` and ``_seq`` (input
+        position: the id when the stream has none, and the tie-breaker for equal times), in any
+        order. Events below the key's previous watermark are late (dead letters). With
+        ``watermark_ms`` ``None`` the key uses its own: the smallest over its streams of
+        ``max(ts) - lateness``. Events above the watermark stay in the returned state.
+        """
+        ks = self.decode(state) if state else KeyState()
+        outputs: list[dict[str, Any]] = []
+        dead: list[dict[str, Any]] = []
+        accepted: list[Event] = []
+        # Late: behind this key's last watermark, or behind the caller's (the watermark the
+        # caller computed before these events arrived).
+        late_below = ks.watermark if watermark_ms is None else max(ks.watermark, watermark_ms)
+        for raw in events:
+            event = self._validate(raw, dead)
+            if event is None:
+                continue
+            if event.ts < late_below:
+                dead.append(_late_letter(event, late_below, raw))
+                continue
+            accepted.append(event)
+            seen = ks.max_ts.get(event.stream)
+            if seen is None or event.ts > seen:
+                ks.max_ts[event.stream] = event.ts
+        if watermark_ms is None:
+            watermark_ms = self._own_watermark(ks)
+        watermark_ms = max(ks.watermark, watermark_ms)
+        pending = sorted(ks.pending + accepted, key=_order)
+        cut = len(pending)
+        for i, event in enumerate(pending):
+            if event.ts > watermark_ms:
+                cut = i
+                break
+        ks.pending = pending[cut:]
+        self.run_events(key, ks, ((e, None) for e in pending[:cut]), outputs)
+        self.fire_timers(ks, watermark_ms, outputs)
+        return self._result(ks, outputs, dead)
+
+    def on_timer(
+        self, key: tuple, state: bytes | None, timer_ms: int, watermark_ms: int
+    ) -> ProcessResult:
+        """A registered timer fired: release due events and advance the key to the watermark."""
+        return self.process(key, state, (), max(timer_ms, watermark_ms))
+
+    def close(self, key: tuple, state: bytes | None) -> ProcessResult:
+        """End of input for the key: release everything and fire every pending absence."""
+        return self.process(key, state, (), END_OF_INPUT)
+
+    # ------------------------------------------------------------------ state bytes
+
+    def encode(self, state: KeyState) -> bytes:
+        """Serialise a key's state: a versioned container of the rules' own state bytes,
+        the buffered events and the watermark information."""
+        parts = [_HEADER.pack(_MAGIC, _FORMAT_VERSION, state.watermark, len(state.rules))]
+        for name, st in state.rules.items():
+            blob = st.to_bytes()
+            encoded = name.encode("utf-8")
+            parts.append(_RULE_HEAD.pack(len(encoded), self._rule_by_name[name].version, len(blob)))
+            parts.append(encoded)
+            parts.append(blob)
+        extra = json.dumps(
+            {
+                "max_ts": state.max_ts,
+                "pending": [[e.id, e.stream, e.ts, e.seq, e.fields] for e in state.pending],
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode("utf-8")
+        parts.append(_BLOB.pack(len(extra)))
+        parts.append(extra)
+        return b"".join(parts)
+
+    def decode(self, data: bytes) -> KeyState:
+        """Inverse of :meth:`encode`. State of rules no longer served (or whose version changed)
+        is dropped, so redeploying a changed rule starts it afresh.
+
+        Raises
+        ------
+        StateError
+            When the bytes are not a key state of a known format version.
+        """
+        view = memoryview(data)
+        try:
+            magic, version, watermark, count = _HEADER.unpack_from(view, 0)
+        except struct.error:
+            raise StateError(f"key state too short ({len(data)} bytes)") from None
+        if magic != _MAGIC:
+            raise StateError(f"not a Vigil key state (magic {bytes(magic)!r})")
+        if version != _FORMAT_VERSION:
+            raise StateError(
+                f"key state format version {version} is not supported (expected {_FORMAT_VERSION})"
+            )
+        offset = _HEADER.size
+        ks = KeyState(watermark=watermark)
+        try:
+            for _ in range(count):
+                name_len, rule_version, blob_len = _RULE_HEAD.unpack_from(view, offset)
+                offset += _RULE_HEAD.size
+                name = bytes(view[offset : offset + name_len]).decode("utf-8")
+                offset += name_len
+                blob = bytes(view[offset : offset + blob_len])
+                if len(blob) != blob_len:
+                    raise StateError(f"key state truncated inside the state of rule '{name}'")
+                offset += blob_len
+                rule = self._rule_by_name.get(name)
+                if rule is not None and rule.version == rule_version:
+                    ks.rules[name] = self.runtime.state_from_bytes(blob, rule)
+            (extra_len,) = _BLOB.unpack_from(view, offset)
+            offset += _BLOB.size
+            extra_bytes = bytes(view[offset : offset + extra_len])
+            if len(extra_bytes) != extra_len or offset + extra_len != len(data):
+                raise StateError("key state has a wrong length")
+            extra = json.loads(extra_bytes)
+        except (struct.error, UnicodeDecodeError, ValueError) as exc:
+            if isinstance(exc, StateError):
+                raise
+            raise StateError(f"corrupted key state: {exc}") from None
+        ks.max_ts = {str(k): int(v) for k, v in extra["max_ts"].items()}
+        ks.pending = [
+            Event(id=i, stream=s, ts=int(t), seq=int(q), fields=f)
+            for i, s, t, q, f in extra["pending"]
+        ]
+        return ks
+
+    # ------------------------------------------------------------------ helpers
+
+    def _validate(self, raw: Mapping[str, Any], dead: list[dict[str, Any]]) -> Event | None:
+        seq = raw.get(SEQ_FIELD)
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise EngineError(
+                f"raw events handed to RuleProcessor.process need an int '{SEQ_FIELD}' field "
+                f"(their input position); got {seq!r}"
+            )
+        try:
+            schema = stream_of(raw, None, self.schemas)
+            return schema.normalise(raw, seq=seq, position=seq)
+        except BadEventError as exc:
+            stream = raw.get(STREAM_FIELD)
+            dead.append(
+                dead_letter(
+                    exc.reason,
+                    exc.detail,
+                    line=seq,
+                    stream=stream if isinstance(stream, str) else None,
+                    event=raw,
+                )
+            )
+            return None
+
+    def _own_watermark(self, state: KeyState) -> int:
+        if not state.max_ts:
+            return NO_WATERMARK
+        return min(
+            ts - (self.schemas[s].lateness_ms if s in self.schemas else 0)
+            for s, ts in state.max_ts.items()
+        )
+
+    def _result(
+        self, state: KeyState, outputs: list[dict[str, Any]], dead: list[dict[str, Any]]
+    ) -> ProcessResult:
+        due = state.next_timer_ms()
+        return ProcessResult(
+            state=None if state.is_empty else self.encode(state),
+            outputs=outputs,
+            dead_letters=dead,
+            next_timer_ms=[] if due is None else [due],
+        )
+
+
+def must_see_every_event(rule: Any) -> bool:
+    """Whether a rule must be shown events whose columnar mask is 0.
+
+    Only strict contiguity (every event breaks or extends a run) and ``prev`` (every event is
+    someone's previous one) need them. A row with mask 0 fits no variable, and so can neither
+    extend a relaxed or ``any`` partial match nor violate a negation; the compiled rule's more
+    cautious ``needs_every_event`` is used when the rule does not say what it reads.
+    """
+    contiguity = getattr(rule, "contiguity", None)
+    prev_depth = getattr(rule, "prev_depth", None)
+    if contiguity is None or prev_depth is None:
+        return bool(rule.needs_every_event)
+    return contiguity == "strict" or prev_depth > 0
+
+
+def start_bits(rule: Any) -> int:
+    """Mask bits of the variables a match can begin with (all bits when unknown)."""
+    pattern = getattr(rule, "pattern", None)
+    variables = getattr(rule, "variables", None)
+    if pattern is None or variables is None:
+        return -1
+    first, nullable = _first(pattern)
+    if nullable:
+        return -1
+    bits = 0
+    for name in first:
+        if name not in variables:
+            return -1
+        bits |= 1 << variables.index(name)
+    return bits
+
+
+def _first(pattern: Any) -> tuple[set[str], bool]:
+    """The variables a word of ``pattern`` can start with, and whether it can be empty."""
+    if isinstance(pattern, ast.PatVar):
+        return {pattern.name}, False
+    if isinstance(pattern, ast.PatAbsent):
+        return set(), True
+    if isinstance(pattern, ast.PatSeq):
+        first: set[str] = set()
+        for item in pattern.items:
+            found, nullable = _first(item)
+            first |= found
+            if not nullable:
+                return first, False
+        return first, True
+    if isinstance(pattern, ast.PatAlt):
+        first, nullable = set(), False
+        for option in pattern.options:
+            found, empty = _first(option)
+            first |= found
+            nullable = nullable or empty
+        return first, nullable
+    if isinstance(pattern, ast.PatQuant):
+        found, nullable = _first(pattern.inner)
+        return found, nullable or pattern.min == 0
+    return set(), True
+
+
+def _order(event: Event) -> tuple[int, int]:
+    return (event.ts, event.seq)
+
+
+def _extend(outputs: list[dict[str, Any]], matches: list) -> None:
+    for match in matches:
+        outputs.append(match if isinstance(match, dict) else match.to_json())
+
+
+def _late_letter(event: Event, watermark: int, raw: Mapping[str, Any] | None = None) -> dict:
+    return dead_letter(
+        EventReason.LATE,
+        f"event time {iso_ms(event.ts)} is behind the watermark {iso_ms(watermark)}",
+        line=event.seq,
+        stream=event.stream,
+        event=raw if raw is not None else {**event.fields, STREAM_FIELD: event.stream},
+    )

@@ -1,0 +1,404 @@
+"""``vigil run``: run the rules of rule files over JSON-lines events with the embedded engine.
+
+Matches go to ``--out`` (one JSON object a line), events that cannot be used to
+``--dead-letter``, and a summary to stderr. Exit codes: 0 ok, 1 errors in the rule files,
+2 a usage problem (missing file, bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+import pandas as pd
+
+from cep.engine import Engine
+from cep.events import (
+    STREAM_FIELD,
+    BadEventError,
+    StreamSchema,
+    dead_letter,
+    parse_json_line,
+    parse_timestamp,
+    stream_of,
+)
+from query_lang.errors import VigilError
+
+__all__ = ["EventInput", "configure_parser", "parse_event_specs", "run"]
+
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+
+CHUNK_ROWS = 20_000
+"""Events handed to the engine per batch: large enough to vectorise, small enough to stream."""
+
+PROGRESS_INTERVAL_S = 0.25
+
+
+class RunUsageError(Exception):
+    """The command line of ``vigil run`` is wrong (missing file, unknown stream)."""
+
+
+@dataclass(frozen=True)
+class EventInput:
+    """One ``--events`` argument: a file, a directory of files, or stdin, maybe bound to a
+    stream."""
+
+    path: str
+    stream: str | None = None
+
+    @property
+    def is_stdin(self) -> bool:
+        return self.path == "-"
+
+    def files(self) -> list[str]:
+        """The files to read, in order (a directory's regular files by name)."""
+        if self.is_stdin:
+            return ["-"]
+        if os.path.isdir(self.path):
+            names = sorted(
+                n
+                for n in os.listdir(self.path)
+                if not n.startswith(".") and os.path.isfile(os.path.join(self.path, n))
+            )
+            return [os.path.join(self.path, n) for n in names]
+        return [self.path]
+
+
+def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``run`` sub-command to ``vigil``'s argument parser."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run rules over JSON-lines events",
+        description="Run the rules of rule files over events (JSON lines) and print matches.",
+    )
+    parser.add_argument("files", nargs="+", help="rule files, directories or glob patterns")
+    parser.add_argument(
+        "--events",
+        action="append",
+        required=True,
+        metavar="PATH|-|STREAM=PATH",
+        help="events: a JSON-lines file, a directory of them, or - for stdin; "
+        "STREAM=PATH binds every event of the input to STREAM (repeatable)",
+    )
+    parser.add_argument(
+        "--engine", choices=["embedded"], default="embedded", help="execution engine"
+    )
+    parser.add_argument("--out", default="-", metavar="PATH|-", help="matches (default stdout)")
+    parser.add_argument(
+        "--dead-letter", metavar="PATH", help="write unusable events here as JSON lines"
+    )
+    parser.add_argument(
+        "--max-partials", type=int, metavar="N", help="cap on partial matches per rule and key"
+    )
+    parser.add_argument(
+        "--progress", action="store_true", help="show progress even when stderr is not a TTY"
+    )
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def parse_event_specs(specs: Sequence[str], streams: Sequence[str]) -> list[EventInput]:
+    """Interpret ``--events`` values; ``STREAM=PATH`` when STREAM is a declared stream.
+
+    Raises
+    ------
+    RunUsageError
+        When a file does not exist or a binding names an undeclared stream.
+    """
+    inputs = []
+    stdin_used = False
+    for spec in specs:
+        stream = None
+        path = spec
+        if "=" in spec and not os.path.exists(spec):
+            name, _, rest = spec.partition("=")
+            if not name.isidentifier():
+                raise RunUsageError(f"no such file or directory: {spec}")
+            if name not in streams:
+                declared = ", ".join(sorted(streams)) or "none"
+                raise RunUsageError(
+                    f"--events {spec}: stream '{name}' is not declared (declared: {declared})"
+                )
+            stream, path = name, rest
+        if path == "-":
+            if stdin_used:
+                raise RunUsageError("stdin (-) can be given as --events only once")
+            stdin_used = True
+        elif not os.path.exists(path):
+            raise RunUsageError(f"no such file or directory: {path}")
+        inputs.append(EventInput(path, stream))
+    return inputs
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``vigil run`` with parsed arguments; returns the exit code."""
+    from cep.cli import UsageError, expand_rule_paths
+    from query_lang.loader import check_program
+
+    try:
+        paths = expand_rule_paths(args.files)
+    except UsageError as err:
+        print(f"vigil run: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.max_partials is not None and args.max_partials < 1:
+        print("vigil run: --max-partials must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    program, errors = check_program(paths)
+    if errors:
+        return _report_errors(errors)
+    engine = Engine(max_partials=args.max_partials)
+    try:
+        engine.register(program.modules)
+    except VigilError as err:
+        return _report_errors(getattr(err, "errors", None) or [err])
+    if not engine.rules:
+        print("vigil run: the rule files declare no rule to run", file=sys.stderr)
+    if engine.skipped:
+        print(
+            "vigil run: not run by the embedded rule engine: " + ", ".join(engine.skipped),
+            file=sys.stderr,
+        )
+    try:
+        inputs = parse_event_specs(args.events, list(engine.streams))
+    except RunUsageError as err:
+        print(f"vigil run: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+    try:
+        out, close_out = _open_output(args.out)
+        dead, close_dead = _open_output(args.dead_letter) if args.dead_letter else (None, False)
+    except OSError as err:
+        print(f"vigil run: cannot write {err.filename}: {err.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    show_progress = bool(getattr(args, "progress", False)) or (
+        sys.stderr.isatty() and not any(i.is_stdin for i in inputs)
+    )
+    progress = _Progress(inputs, enabled=show_progress)
+    started = time.perf_counter()
+    try:
+        for chunk in _chunks(_merged_records(inputs, engine, progress), CHUNK_ROWS):
+            _feed_chunk(engine, chunk)
+            _write(out, engine.drain())
+            _write(dead, engine.drain_dead_letters())
+            progress.update()
+        engine.close()
+        _write(out, engine.drain())
+        _write(dead, engine.drain_dead_letters())
+    except OSError as err:
+        print(f"vigil run: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        progress.finish()
+        if close_out:
+            out.close()
+        else:
+            out.flush()
+        if dead is not None and close_dead:
+            dead.close()
+    _summary(engine, time.perf_counter() - started, dead_letter_path=args.dead_letter)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- reading
+
+
+@dataclass(slots=True)
+class _Record:
+    """One input line: parsed when it is a JSON object, else kept as a dead letter."""
+
+    order: int
+    source: str
+    line: int
+    position: int
+    text: str
+    event: dict[str, Any] | None
+    letter: dict[str, Any] | None
+
+
+def _merged_records(
+    inputs: Sequence[EventInput], engine: Engine, progress: _Progress
+) -> Iterator[_Record]:
+    """The lines of every input, interleaved by event time when there are several inputs
+    (each input is assumed roughly time-ordered; the engine's reorder buffer does the rest)."""
+    schemas = {name: StreamSchema.from_decl(decl) for name, decl in engine.streams.items()}
+    interleave = len(inputs) > 1
+    readers = [_read(inp, schemas, progress, interleave) for inp in inputs]
+    if not interleave:
+        yield from readers[0]
+        return
+    yield from heapq.merge(*readers, key=lambda r: r.order)
+
+
+def _read(
+    inp: EventInput, schemas: dict[str, StreamSchema], progress: _Progress, interleave: bool
+) -> Iterator[_Record]:
+    position = 0
+    last_order = -(2**63)
+    for path in inp.files():
+        handle = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")
+        source = "-" if path == "-" else path
+        try:
+            for number, text in enumerate(handle, start=1):
+                progress.advance(len(text))
+                if not number & 0xFFF:
+                    progress.update()  # a cheap clock check; redraws a few times a second
+                text = text.rstrip("\r\n")
+                if not text.strip():
+                    continue
+                event = letter = None
+                try:
+                    event = parse_json_line(text)
+                    if inp.stream is not None:
+                        event[STREAM_FIELD] = inp.stream
+                    if interleave:
+                        last_order = _order_of(event, schemas, last_order)
+                except BadEventError as exc:
+                    letter = dead_letter(
+                        exc.reason, exc.detail, input=source, line=number, raw=text
+                    )
+                yield _Record(last_order, source, number, position, text, event, letter)
+                position += 1
+        finally:
+            if handle is not sys.stdin:
+                handle.close()
+
+
+def _order_of(event: dict[str, Any], schemas: dict[str, StreamSchema], last: int) -> int:
+    """Event time used to interleave several inputs; a line without one keeps its place."""
+    try:
+        schema = stream_of(event, None, schemas)
+        value = event.get(schema.time_field) if schema.time_field else None
+        return last if value is None else parse_timestamp(value, schema.epoch_unit_ms)
+    except BadEventError:
+        return last
+
+
+def _chunks(records: Iterator[_Record], size: int) -> Iterator[list[_Record]]:
+    chunk: list[_Record] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _feed_chunk(engine: Engine, chunk: list[_Record]) -> None:
+    """Hand a chunk to the engine: runs of parsed events as one batch, broken lines as dead
+    letters in their place."""
+    run: list[_Record] = []
+    for record in chunk:
+        if record.event is not None:
+            run.append(record)
+            continue
+        _feed_run(engine, run)
+        run = []
+        engine.reject(record.letter)
+    _feed_run(engine, run)
+
+
+def _feed_run(engine: Engine, run: list[_Record]) -> None:
+    if not run:
+        return
+    frame = pd.DataFrame.from_records([r.event for r in run])
+    engine.feed_batch(
+        frame,
+        source=[r.source for r in run],
+        lines=[r.line for r in run],
+        positions=[r.position for r in run],
+        raw=[r.text for r in run],
+    )
+
+
+# ---------------------------------------------------------------------- writing
+
+
+def _open_output(path: str | None) -> tuple[IO[str], bool]:
+    if path is None or path == "-":
+        return sys.stdout, False
+    return open(path, "w", encoding="utf-8"), True
+
+
+def _write(handle: IO[str] | None, records: list[dict[str, Any]]) -> None:
+    if handle is None or not records:
+        return
+    handle.write(
+        "".join(
+            json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+            for r in records
+        )
+    )
+
+
+def _report_errors(errors: Sequence[VigilError]) -> int:
+    for err in errors:
+        print(err.render(), file=sys.stderr)
+    files = len({e.file for e in errors})
+    print(f"{len(errors)} error(s) in {files} file(s)", file=sys.stderr)
+    return EXIT_ERRORS
+
+
+def _summary(engine: Engine, seconds: float, *, dead_letter_path: str | None) -> None:
+    stats = engine.stats
+    rate = stats.events / seconds if seconds > 0 else 0.0
+    lines = [
+        f"vigil run: {stats.events} event(s) in {seconds:.2f}s ({rate:,.0f}/s), "
+        f"{sum(stats.matches.values())} match(es), {stats.late} late, {stats.bad} bad",
+    ]
+    for name, count in stats.matches.items():
+        dropped = stats.dropped_partials.get(name, 0)
+        extra = f" ({dropped} partial match(es) dropped by --max-partials)" if dropped else ""
+        lines.append(f"  {name}: {count} match(es){extra}")
+    if (stats.late or stats.bad) and dead_letter_path is None:
+        lines.append("  (use --dead-letter PATH to keep the late and bad events)")
+    print("\n".join(lines), file=sys.stderr)
+
+
+class _Progress:
+    """A one-line progress bar on stderr for file input, refreshed a few times a second."""
+
+    def __init__(self, inputs: Sequence[EventInput], *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.done = 0
+        self.total = 0
+        self.last = 0.0
+        self.started = time.perf_counter()
+        if enabled:
+            for inp in inputs:
+                for path in inp.files():
+                    if path != "-":
+                        self.total += os.path.getsize(path)
+
+    def advance(self, size: int) -> None:
+        self.done += size
+
+    def update(self, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if not force and now - self.last < PROGRESS_INTERVAL_S:
+            return
+        self.last = now
+        width = 30
+        if self.total:
+            frac = min(self.done / self.total, 1.0)
+            bar = "#" * int(frac * width)
+            text = f"\r[{bar:<{width}}] {frac:6.1%} {self.done / 1e6:,.1f} MB"
+        else:
+            text = f"\r{self.done / 1e6:,.1f} MB"
+        sys.stderr.write(f"{text} {now - self.started:6.1f}s")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.enabled:
+            self.update(force=True)
+            sys.stderr.write("\n")
+            sys.stderr.flush()

@@ -1,0 +1,66 @@
+"""Partition keys: the rule's ``by`` (per stream) and per-variable ``by`` (EQL join keys)."""
+
+from __future__ import annotations
+
+import math
+
+from cep.events import Event
+from cep.nfa import compile_rule
+from cep.runtime import advance_watermark, new_state, process_event
+from query_lang import ast
+from query_lang.parser import parse
+
+PROCS = """
+stream proc (host string, pid int, ppid int, name string, ts timestamp) time ts
+rule shell_spawns_ps from proc by host
+  pattern parent child
+  define parent as name == "bash" by pid,
+         child  as name == "ps" by ppid
+"""
+
+ORDERS = """
+stream orders (id string, ts timestamp) time ts
+stream payments (order_id string, ts timestamp) time ts
+rule paid from orders, payments by orders.id = payments.order_id
+  pattern o p define o as orders, p as payments
+"""
+
+
+def compiled(text):
+    module = parse(text)
+    streams = {d.name: d for d in module.of_type(ast.StreamDecl)}
+    return compile_rule(module.of_type(ast.RuleDecl)[0], streams=streams)
+
+
+def test_per_variable_keys_follow_a_process_to_its_child():
+    rule = compiled(PROCS)
+    assert rule.key_names == ("host", "pid")
+    rows = [
+        {"host": "h", "pid": 10, "ppid": 1, "name": "bash", "ts": 1},
+        {"host": "h", "pid": 11, "ppid": 99, "name": "ps", "ts": 2},  # another parent's child
+        {"host": "h", "pid": 12, "ppid": 10, "name": "ps", "ts": 3},
+    ]
+    by_key: dict[tuple, list] = {}
+    for i, row in enumerate(rows):
+        for key in rule.keys_of("proc", row):
+            by_key.setdefault(key, []).append(Event(i, "proc", row["ts"], i, row))
+    assert set(by_key) == {("h", 10), ("h", 1), ("h", 11), ("h", 99), ("h", 12)}
+    found = []
+    for key, evs in by_key.items():
+        state = new_state(rule, key)
+        for e in evs:
+            found += process_event(rule, state, e)
+        found += advance_watermark(rule, state, math.inf)
+    assert [(m.key, m.events) for m in found] == [
+        ({"host": "h", "pid": 10}, {"parent": [0], "child": [2]}),
+    ]
+
+
+def test_keys_named_differently_per_stream():
+    rule = compiled(ORDERS)
+    assert rule.key_fields == {"orders": ("id",), "payments": ("order_id",)}
+    assert rule.keys_of("payments", {"order_id": "A"}) == [("A",)]
+    state = new_state(rule)
+    out = process_event(rule, state, Event("o", "orders", 1, 0, {"id": "A", "ts": 1}))
+    out += process_event(rule, state, Event("p", "payments", 2, 1, {"order_id": "A", "ts": 2}))
+    assert [(m.key, m.events) for m in out] == [({"id": "A"}, {"o": ["o"], "p": ["p"]})]
