@@ -39,6 +39,7 @@ from cep.processor import (
     key_signature,
     must_see_every_event,
 )
+from cep.standing import StandingQueries
 from query_lang import ast
 from query_lang.errors import ErrorList, IncludeError, VigilError, VigilNameError
 
@@ -155,7 +156,7 @@ class Engine:
         self._filters: dict[str, list[tuple[int, Callable[[pd.DataFrame], np.ndarray]]]] = {}
         self._next_slot = 0
         self._groups: dict[tuple, _Group] = {}
-        self.skipped: list[str] = []
+        self._standing = StandingQueries(lateness_ms)
         self._watermark = Watermark({})
         self._buffer = ReorderBuffer()
         self._timers: list[tuple[int, int, tuple, tuple]] = []
@@ -189,6 +190,11 @@ class Engine:
         """Declared webhooks by name (delivery is ``cep.alerts``' job)."""
         return dict(self._webhooks)
 
+    @property
+    def standing(self) -> list[str]:
+        """Names of the registered queries and metrics."""
+        return self._standing.names
+
     def rule(self, name: str) -> Any:
         """The compiled rule ``name``."""
         try:
@@ -199,13 +205,14 @@ class Engine:
     def register(self, source: str | os.PathLike | ast.Module | Sequence[ast.Module]) -> list[str]:
         """Add the declarations of a rule file, DSL text, or parsed module(s).
 
-        Streams, lists and webhooks become available to later registrations too. Queries and
-        metrics are not run by this engine; their names are recorded in :attr:`skipped`.
+        Streams, lists and webhooks become available to later registrations too. Rules run in
+        the NFA runtime, ``query`` blocks in the percolator and ``metric`` blocks in window
+        operators (:mod:`cep.standing`).
 
         Returns
         -------
         list[str]
-            Names of the rules registered.
+            Names of the rules, queries and metrics registered.
 
         Raises
         ------
@@ -234,12 +241,13 @@ class Engine:
                 except VigilError as exc:
                     errors.append(exc)
         rules_here = [d for d in new_decls if isinstance(d, ast.RuleDecl)]
+        standing_here = [d for d in new_decls if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
         seen: set[str] = set()
-        for decl in rules_here:
-            if decl.name in self._rules or decl.name in seen:
+        for decl in [*rules_here, *standing_here]:
+            if decl.name in self._rules or decl.name in self._standing or decl.name in seen:
                 errors.append(
                     VigilNameError(
-                        f"rule '{decl.name}' is already registered; unregister it first",
+                        f"'{decl.name}' is already registered; unregister it first",
                         decl.span,
                     )
                 )
@@ -262,6 +270,7 @@ class Engine:
         if errors:
             raise errors[0] if len(errors) == 1 else ErrorList(errors)
         compiled = [self._compile(decl, streams, lists) for decl in rules_here]
+        standing = self._standing.compile(standing_here, streams, lists)
 
         # Nothing can fail past this point: commit the registration.
         self._declarations.extend(new_decls)
@@ -274,8 +283,7 @@ class Engine:
                 self._watermark.set_lateness(decl.name, schema.lateness_ms)
             elif isinstance(decl, ast.WebhookDecl):
                 self._webhooks[decl.name] = decl
-            elif isinstance(decl, ast.QueryDecl | ast.MetricDecl):
-                self.skipped.append(decl.name)
+        self._standing.add(standing, streams)
         for decl, rule in zip(rules_here, compiled, strict=True):
             self._filters[decl.name] = _necessary_filters(rule, decl, streams, lists)
             self._rules[decl.name] = rule
@@ -283,10 +291,17 @@ class Engine:
             self._slot_of[decl.name] = self._next_slot
             self._next_slot += 1
             self._regroup(key_signature(rule))
-        return [decl.name for decl in rules_here]
+        return [decl.name for decl in [*rules_here, *standing_here]]
 
     def unregister(self, name: str) -> None:
-        """Remove a rule and its per-key state; other rules keep theirs."""
+        """Remove a rule, query or metric and its state; the others keep theirs."""
+        if name in self._standing:
+            self._standing.remove(name)
+            self._declarations = [
+                d for d in self._declarations
+                if not (isinstance(d, ast.QueryDecl | ast.MetricDecl) and d.name == name)
+            ]
+            return
         rule = self.rule(name)
         del self._rules[name]
         del self._rule_decls[name]
@@ -395,8 +410,11 @@ class Engine:
             return
         if self._watermark.observe(ev.stream, ev.ts):
             self._late_letter(ev, source, line, raw, event)
+            self._collect(self._standing.late(ev, self._watermark.current) or [])
             return
         self._accepted += 1
+        if self._standing.reads(ev.stream):
+            self._collect(self._standing.accept(ev, self._watermark.current))
         if any(ev.stream in g.readers for g in self._groups.values()):
             self._buffer.push(ev.ts, seq, (ev, (None,) * self._next_slot))
         self._pump()
@@ -543,7 +561,15 @@ class Engine:
             count = len(ok_rows)
             late_here = late[offset : offset + count]
             offset += count
-            for i in np.flatnonzero(late_here):
+            late_rows = np.flatnonzero(late_here)
+            if len(late_rows) and self._standing.reads(name):
+                for i, ev in zip(late_rows, self._schemas[name].events_from_frame(
+                    normalised.iloc[late_rows], seqs[ok_rows[late_rows]],
+                    positions[ok_rows[late_rows]],
+                ), strict=True):
+                    met_i = int(met[offset - count + i])
+                    self._collect(self._standing.late(ev, met_i) or [])
+            for i in late_rows:
                 row = int(ok_rows[i])
                 self._late += 1
                 self._dead.append(
@@ -560,6 +586,17 @@ class Engine:
                 continue
             if not keep.all():
                 normalised, ts, ok_rows = normalised[keep], ts[keep], ok_rows[keep]
+            if self._standing.reads(name):
+                docs = (
+                    self._schemas[name].events_from_frame(
+                        normalised, seqs[ok_rows], positions[ok_rows]
+                    )
+                    if self._standing.wants_documents(name)
+                    else None
+                )
+                self._collect(
+                    self._standing.accept_frame(name, normalised, ts, docs, seqs[ok_rows])
+                )
             masks, relevant = self._masks(name, normalised)
             if masks is None:
                 continue
@@ -639,6 +676,7 @@ class Engine:
             group.states.clear()
         self._timers.clear()
         self._scheduled.clear()
+        outputs.extend(self._standing.advance(END_OF_INPUT))
         self._collect(outputs)
         self._closed = True
 
@@ -684,7 +722,10 @@ class Engine:
             accepted=self._accepted,
             late=self._late,
             bad=self._bad,
-            matches={**{name: 0 for name in self._rules}, **self._match_counts},
+            matches={
+                **{name: 0 for name in [*self._rules, *self._standing.names]},
+                **self._match_counts,
+            },
             dropped_partials={k: v for k, v in drops.items() if v},
             keys=keys,
             buffered=len(self._buffer),
@@ -756,6 +797,7 @@ class Engine:
                     continue
                 group.processor.fire_timers(state, watermark, outputs)
                 self._after(signature, group, key, state)
+        outputs.extend(self._standing.advance(watermark))
         self._collect(outputs)
 
     def _missing_key(self, processor: RuleProcessor, event: Event) -> None:

@@ -58,14 +58,15 @@ class EventInput:
         return self.path == "-"
 
     def files(self) -> list[str]:
-        """The files to read, in order (a directory's regular files by name)."""
+        """The files to read, in order (a directory's regular files by name, skipping names
+        that start with ``.`` or ``_``, which Spark's file source also treats as hidden)."""
         if self.is_stdin:
             return ["-"]
         if os.path.isdir(self.path):
             names = sorted(
                 n
                 for n in os.listdir(self.path)
-                if not n.startswith(".") and os.path.isfile(os.path.join(self.path, n))
+                if not n.startswith((".", "_")) and os.path.isfile(os.path.join(self.path, n))
             )
             return [os.path.join(self.path, n) for n in names]
         return [self.path]
@@ -158,13 +159,9 @@ def run(args: argparse.Namespace) -> int:
         engine.register(program.modules)
     except VigilError as err:
         return _report_errors(getattr(err, "errors", None) or [err])
-    if not engine.rules:
-        print("vigil run: the rule files declare no rule to run", file=sys.stderr)
-    if engine.skipped:
-        print(
-            "vigil run: not run by the embedded rule engine: " + ", ".join(engine.skipped),
-            file=sys.stderr,
-        )
+    if not engine.rules and not engine.standing:
+        print("vigil run: the rule files declare no rule, query or metric to run",
+              file=sys.stderr)
     try:
         inputs = parse_event_specs(args.events, list(engine.streams))
     except RunUsageError as err:

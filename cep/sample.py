@@ -4,7 +4,7 @@
 event-time order (with a little bounded disorder, as real sources have). Background traffic
 looks like ordinary card payments, logins, orders, market ticks and news; on top of it the
 generator plants the situations the example rules look for and lists them in
-``DIR/planted.json`` so tests can check that every one is found.
+``DIR/_planted.json`` so tests can check that every one is found.
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def generate(n_events: int, seed: int = 7) -> tuple[list[dict], Planted]:
 
 def write_sample(out_dir: str, n_events: int, *, seed: int = 7, files: int = 4) -> Planted:
     """Write the events as ``part-NNNNN.jsonl`` files (in time order across files) plus
-    ``planted.json``; returns what was planted."""
+    ``_planted.json``; returns what was planted."""
     events, planted = generate(n_events, seed)
     os.makedirs(out_dir, exist_ok=True)
     for name in os.listdir(out_dir):
@@ -257,7 +257,7 @@ def write_sample(out_dir: str, n_events: int, *, seed: int = 7, files: int = 4) 
         with open(path, "w", encoding="utf-8") as fh:
             for event in events[f : f + per_file]:
                 fh.write(json.dumps(event, separators=(",", ":")) + "\n")
-    with open(os.path.join(out_dir, "planted.json"), "w", encoding="utf-8") as fh:
+    with open(os.path.join(out_dir, "_planted.json"), "w", encoding="utf-8") as fh:
         json.dump(planted.__dict__, fh, indent=2)
         fh.write("\n")
     return planted
@@ -280,5 +280,5 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     planted = write_sample(args.out, args.events, seed=args.seed, files=args.files)
     total = sum(len(v) for v in planted.__dict__.values())
     print(f"wrote about {args.events} events to {args.out}/part-*.jsonl "
-          f"({total} planted situations in planted.json)")
+          f"({total} planted situations in _planted.json)")
     return 0

@@ -217,13 +217,20 @@ def test_vigil_run_as_a_process(fraud) -> None:
     assert json.loads(proc.stdout)["name"] == "card_testing"
 
 
-def test_run_says_which_declarations_it_does_not_run(fraud, capsys) -> None:
+def test_run_runs_queries_next_to_rules(fraud, capsys) -> None:
     tmp, rules, events = fraud
     rules.write_text(
-        RULES + "\nstream news (title text, ts timestamp) time ts\n"
+        RULES + "\nstream news (id string, title text, ts timestamp) time ts\n"
         "query acme_news from news match title:acme\n"
     )
-    assert main(["run", str(rules), "--events", f"txn={events}"]) == 0
-    captured = capsys.readouterr()
-    assert "not run by the embedded rule engine: acme_news" in captured.err
-    assert json.loads(captured.out)["name"] == "card_testing"
+    news = tmp / "news.jsonl"
+    news.write_text(
+        '{"id": "n1", "title": "ACME wins", "ts": "2026-01-01T00:00:00Z"}\n'
+        '{"id": "n2", "title": "Other news", "ts": "2026-01-01T00:00:01Z"}\n'
+    )
+    code = main(["run", str(rules), "--events", f"txn={events}", "--events", f"news={news}"])
+    assert code == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {(m["kind"], m["name"]) for m in out} == {("rule", "card_testing"),
+                                                     ("query", "acme_news")}
+    assert [m["document_id"] for m in out if m["kind"] == "query"] == ["n1"]

@@ -1,0 +1,180 @@
+"""The engine's non-sequence standing queries: ``query`` blocks (the percolator) and ``metric``
+blocks (window operators), fed with every on-time event the engine accepts.
+
+Queries are stateless per document, so they see events as they arrive; metrics keep their own
+event-time windows and are moved by the engine's watermark. Late events go to the metrics
+that still retain their window (a correction); the engine dead-letters the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cep.events import Event
+from cep.eventtime import iso_ms
+from query_lang import ast
+
+
+class StandingQueries:
+    """Queries and metrics registered on an engine.
+
+    Parameters
+    ----------
+    lateness_ms:
+        Overrides every stream's lateness (as the engine's own option does).
+    """
+
+    def __init__(self, lateness_ms: int | None = None) -> None:
+        self.lateness_ms = lateness_ms
+        self._percolators: dict[str, Any] = {}  # stream -> Percolator for that stream's schema
+        self._queries: dict[str, ast.QueryDecl] = {}
+        self._metrics: dict[str, Any] = {}  # name -> MetricOperator
+        self._metric_streams: dict[str, list[str]] = {}  # stream -> metric names
+        self.verified = 0
+        self.documents = 0
+
+    # ------------------------------------------------------------------ registration
+
+    @property
+    def names(self) -> list[str]:
+        return [*self._queries, *self._metrics]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._queries or name in self._metrics
+
+    def compile(
+        self,
+        decls: list[ast.QueryDecl | ast.MetricDecl],
+        streams: Mapping[str, ast.StreamDecl],
+        lists: Mapping[str, Any],
+    ) -> list[tuple[ast.Node, Any]]:
+        """Compile declarations without registering them (so a failing one registers none)."""
+        from cep.metrics import MetricOperator, compile_metric
+        from percolator import compile_query
+
+        compiled = []
+        for decl in decls:
+            if isinstance(decl, ast.MetricDecl):
+                metric = compile_metric(
+                    decl, streams=streams, lists=lists, search=_search_hook(),
+                    lateness_ms=self.lateness_ms,
+                )
+                compiled.append((decl, MetricOperator(metric)))
+            else:
+                for stream in decl.streams:  # fails early on a query the index would reject
+                    compile_query(decl.match, _schema(streams[stream]))
+                compiled.append((decl, decl.match))
+        return compiled
+
+    def add(self, compiled: list[tuple[ast.Node, Any]], streams: Mapping[str, ast.StreamDecl]):
+        for decl, value in compiled:
+            if isinstance(decl, ast.MetricDecl):
+                self._metrics[decl.name] = value
+                for stream in decl.streams:
+                    self._metric_streams.setdefault(stream, []).append(decl.name)
+            else:
+                self._queries[decl.name] = decl
+                for stream in decl.streams:
+                    self._percolator(stream, streams[stream]).add(decl.name, value, (stream,))
+
+    def remove(self, name: str) -> None:
+        if name in self._queries:
+            decl = self._queries.pop(name)
+            for stream in decl.streams:
+                self._percolators[stream].delete(name)
+        elif name in self._metrics:
+            del self._metrics[name]
+            for names in self._metric_streams.values():
+                if name in names:
+                    names.remove(name)
+
+    def _percolator(self, stream: str, decl: ast.StreamDecl) -> Any:
+        from percolator import Percolator
+
+        if stream not in self._percolators:
+            self._percolators[stream] = Percolator(_schema(decl))
+        return self._percolators[stream]
+
+    def reads(self, stream: str) -> bool:
+        """Whether any query or metric wants the events of ``stream``."""
+        return bool(self._metric_streams.get(stream)) or (
+            stream in self._percolators and len(self._percolators[stream]) > 0
+        )
+
+    # ------------------------------------------------------------------ input
+
+    def accept(self, event: Event, watermark_ms: int) -> list[dict]:
+        """One on-time event (its fields normalised, time in ms)."""
+        out = self._match(event.stream, [event])
+        for name in self._metric_streams.get(event.stream, ()):
+            out.extend(self._metrics[name].process(event.fields, event.ts))
+        return out
+
+    def accept_frame(
+        self, stream: str, frame: pd.DataFrame, ts: np.ndarray, events: list[Event] | None,
+        seqs: np.ndarray,
+    ) -> list[dict]:
+        """A batch of on-time events of one stream: normalised columns, times in ms, and the
+        events themselves when some query needs documents (``None`` otherwise)."""
+        out = self._match(stream, events or [])
+        names = self._metric_streams.get(stream, ())
+        if names:
+            view = frame.assign(ts=np.asarray(ts, dtype=np.int64), _seq=seqs)
+            for name in names:
+                out.extend(self._metrics[name].process_batch(view))
+        return out
+
+    def wants_documents(self, stream: str) -> bool:
+        return stream in self._percolators and len(self._percolators[stream]) > 0
+
+    def late(self, event: Event, watermark_ms: int) -> list[dict] | None:
+        """An event behind the watermark: the corrections it causes, or None when no metric
+        could take it (the engine then dead-letters it as late)."""
+        taken = False
+        out: list[dict] = []
+        for name in self._metric_streams.get(event.stream, ()):
+            rows = self._metrics[name].late(event.fields, event.ts, watermark_ms)
+            if rows is not None:
+                taken = True
+                out.extend(rows)
+        return out if taken else None
+
+    def advance(self, watermark_ms: int) -> list[dict]:
+        """Move every metric to the watermark; returns the windows that closed."""
+        out: list[dict] = []
+        for op in self._metrics.values():
+            out.extend(op.advance_watermark(watermark_ms))
+        return out
+
+    def _match(self, stream: str, events: list[Event]) -> list[dict]:
+        percolator = self._percolators.get(stream)
+        if percolator is None or not len(percolator) or not events:
+            return []
+        out: list[dict] = []
+        for event in events:
+            found = percolator.match(event.fields, document_id=event.id, stream=stream)
+            self.documents += 1
+            for m in found:
+                decl = self._queries[m.name]
+                row = m.to_dict()
+                when = iso_ms(event.ts)
+                row.update(stream=stream, severity=decl.severity, start=when, end=when)
+                out.append(row)
+        return out
+
+
+def _schema(decl: ast.StreamDecl) -> Any:
+    """The percolator schema of a stream: declared field types; times arrive as epoch ms."""
+    from percolator import Schema
+
+    return Schema.of({f.name: f.type for f in decl.fields}, time_unit="ms")
+
+
+def _search_hook() -> Any:
+    from percolator.evaluate import field_predicate
+
+    return field_predicate

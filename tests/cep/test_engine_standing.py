@@ -1,0 +1,89 @@
+"""Queries and metrics registered on the embedded engine next to rules."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cep import Engine
+
+PROGRAM = """
+stream news (id string, title text, source string, views int, ts timestamp) time ts lateness 1m
+stream txn (card_id string, amount float, merchant string, ts timestamp) time ts lateness 1m
+query acme from news match title:acme AND NOT source:tabloid AND views >= 10
+metric spend from txn by merchant window tumbling 1m
+  select count() as n, sum(amount) as total, approx_distinct(card_id) as cards
+rule big from txn by card_id pattern b define b as amount > 100
+"""
+T0 = 1_767_225_600  # 2026-01-01T00:00:00Z, seconds
+
+
+def test_queries_metrics_and_rules_run_together():
+    engine = Engine()
+    assert engine.register(PROGRAM) == ["big", "acme", "spend"]
+    engine.feed({"stream": "news", "id": "d1", "title": "ACME merger", "source": "wire",
+                 "views": 50, "ts": T0})
+    engine.feed({"stream": "news", "id": "d2", "title": "ACME gossip", "source": "tabloid",
+                 "views": 50, "ts": T0 + 1})
+    frame = pd.DataFrame({
+        "stream": "txn",
+        "card_id": ["a", "b", "a", "c"],
+        "amount": [5.0, 200.0, 7.0, 1.0],
+        "merchant": ["m1", "m1", "m1", "m2"],
+        "ts": [T0 + 2, T0 + 3, T0 + 4, T0 + 65],
+    })
+    engine.feed_batch(frame)
+    engine.close()
+    out = engine.drain()
+    queries = [m for m in out if m["kind"] == "query"]
+    assert [(m["name"], m["document_id"]) for m in queries] == [("acme", "d1")]
+    assert queries[0]["highlights"] == {"title": [[0, 4]]}
+    metrics = sorted((m["key"]["merchant"], m["window"]["start"], m["values"]["n"],
+                      m["values"]["total"], m["values"]["cards"]) for m in out
+                     if m["kind"] == "metric")
+    assert metrics == [
+        ("m1", "2026-01-01T00:00:00.000Z", 3, 212.0, 2),
+        ("m2", "2026-01-01T00:01:00.000Z", 1, 1.0, 1),
+    ]
+    assert [m["key"] for m in out if m["kind"] == "rule"] == [{"card_id": "b"}]
+    assert engine.stats.matches == {"big": 1, "acme": 1, "spend": 2}
+
+
+def test_metric_window_waits_for_the_watermark_and_late_event_corrects_it():
+    engine = Engine()
+    engine.register(PROGRAM)
+    engine.feed({"stream": "txn", "card_id": "a", "amount": 1.0, "merchant": "m", "ts": T0})
+    assert engine.drain() == []  # the minute is still open
+    # 2.5 minutes later the watermark (max ts - 1m lateness) is past the window's end; the
+    # fired window stays retained for one more lateness (until 00:02:00)
+    engine.feed({"stream": "txn", "card_id": "b", "amount": 2.0, "merchant": "m",
+                 "ts": T0 + 150})
+    (first,) = [m for m in engine.drain() if m["kind"] == "metric"]
+    assert first["final"] and not first["correction"] and first["values"]["n"] == 1
+    # an event behind the watermark whose window is still retained: a correction...
+    engine.feed({"stream": "txn", "card_id": "c", "amount": 4.0, "merchant": "m",
+                 "ts": T0 + 30})
+    (fix,) = [m for m in engine.drain() if m["kind"] == "metric"]
+    assert fix["correction"] and fix["revision"] == 1 and fix["values"]["n"] == 2
+    assert fix["match_id"] != first["match_id"]
+    # ...and, for rules, it is still late: counted and dead-lettered
+    assert engine.stats.late == 1
+    assert engine.drain_dead_letters()[0]["reason"] == "late"
+    # past the retention the event is only a dead letter
+    engine.feed({"stream": "txn", "card_id": "d", "amount": 8.0, "merchant": "m",
+                 "ts": T0 + 400})
+    engine.drain()
+    engine.feed({"stream": "txn", "card_id": "e", "amount": 8.0, "merchant": "m",
+                 "ts": T0 + 10})
+    assert [m for m in engine.drain() if m.get("correction")] == []
+    assert engine.stats.late == 2
+
+
+def test_unregister_a_query_keeps_the_others():
+    engine = Engine()
+    engine.register(PROGRAM)
+    engine.unregister("acme")
+    assert engine.standing == ["spend"]
+    engine.feed({"stream": "news", "id": "d1", "title": "ACME", "source": "wire", "views": 50,
+                 "ts": T0})
+    engine.close()
+    assert [m for m in engine.drain() if m["kind"] == "query"] == []
