@@ -91,6 +91,16 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--engine", choices=["embedded"], default="embedded", help="execution engine"
     )
+    parser.add_argument(
+        "--outbox", metavar="PATH",
+        help="deliver alerts: matches whose rule has `notify` go to this durable outbox "
+        "(SQLite) before they are written, and are sent to their webhooks",
+    )
+    parser.add_argument(
+        "--delivery-deadline", type=float, default=30.0, metavar="SECONDS",
+        help="after the input ends, how long to keep delivering alerts (default 30); what is "
+        "still pending stays in the outbox for `vigil alerts drain`",
+    )
     parser.add_argument("--out", default="-", metavar="PATH|-", help="matches (default stdout)")
     parser.add_argument(
         "--dead-letter", metavar="PATH", help="write unusable events here as JSON lines"
@@ -168,6 +178,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"vigil run: {err}", file=sys.stderr)
         return EXIT_USAGE
 
+    sink = None
+    if getattr(args, "outbox", None):
+        from cep.alerting import AlertSink
+        from cep.alerts import AlertError
+
+        try:
+            sink = AlertSink.open(program, args.outbox)
+        except AlertError as err:
+            print(f"vigil run: {err}", file=sys.stderr)
+            return EXIT_ERRORS
     try:
         out, close_out = _open_output(args.out)
         dead, close_dead = _open_output(args.dead_letter) if args.dead_letter else (None, False)
@@ -182,11 +202,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         for chunk in _chunks(_merged_records(inputs, engine, progress), CHUNK_ROWS):
             _feed_chunk(engine, chunk)
-            _write(out, engine.drain())
+            _write(out, _alert(sink, engine.drain()))
             _write(dead, engine.drain_dead_letters())
             progress.update()
         engine.close()
-        _write(out, engine.drain())
+        _write(out, _alert(sink, engine.drain()))
         _write(dead, engine.drain_dead_letters())
     except OSError as err:
         print(f"vigil run: {err}", file=sys.stderr)
@@ -200,7 +220,29 @@ def run(args: argparse.Namespace) -> int:
         if dead is not None and close_dead:
             dead.close()
     _summary(engine, time.perf_counter() - started, dead_letter_path=args.dead_letter)
+    if sink is not None:
+        _deliver(sink, args.delivery_deadline)
     return EXIT_OK
+
+
+def _alert(sink: Any, matches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Put matches that notify someone in the outbox (durably) before they are written."""
+    if sink is not None:
+        for match in matches:
+            sink.submit(match)
+    return matches
+
+
+def _deliver(sink: Any, deadline_s: float) -> None:
+    result = sink.drain(deadline_s)
+    sink.close()
+    note = " (kept in the outbox for `vigil alerts drain`)" if result.pending else ""
+    throttled = f", {sink.throttled} throttled" if sink.throttled else ""
+    print(
+        f"alerts: {sink.enqueued} queued{throttled}, {result.delivered} delivered, "
+        f"{result.failed} failed, {result.pending} pending{note}",
+        file=sys.stderr,
+    )
 
 
 # ---------------------------------------------------------------------- reading
