@@ -1,0 +1,85 @@
+"""Indexed percolator: standing ``query`` blocks matched against every incoming document.
+
+Queries are compiled (:mod:`percolator.evaluate`), reduced to what a matching document must
+contain (:mod:`percolator.extract`), indexed by a swappable prefilter
+(:mod:`percolator.presearcher`) in a live segmented index (:mod:`percolator.index`), and each
+document's candidates are verified exactly (:mod:`percolator.matcher`).
+"""
+
+from __future__ import annotations
+
+from percolator.analysis import (
+    DEFAULT_FIELD,
+    FIELD_TYPES,
+    AnalyzedDocument,
+    Schema,
+    Token,
+    analyze_text,
+    normalize_term,
+)
+from percolator.errors import (
+    ConfigurationError,
+    DuplicateQueryError,
+    InvalidDocumentError,
+    InvalidQueryError,
+    PercolatorError,
+    SchemaError,
+    UnknownQueryError,
+)
+from percolator.evaluate import (
+    CompiledQuery,
+    Evaluation,
+    Highlights,
+    compile_query,
+    evaluate,
+    explain,
+    field_predicate,
+)
+from percolator.extract import Requirement, Selectivity, extract
+from percolator.index import IndexStats, QueryIndex, RegisteredQuery
+from percolator.matcher import BatchResult, BatchStats, Percolator, QueryMatch, match_id
+from percolator.presearcher import (
+    IndexedPresearcher,
+    NoFilterPresearcher,
+    Presearcher,
+    Segment,
+)
+
+__all__ = [
+    "DEFAULT_FIELD",
+    "FIELD_TYPES",
+    "AnalyzedDocument",
+    "BatchResult",
+    "BatchStats",
+    "CompiledQuery",
+    "ConfigurationError",
+    "DuplicateQueryError",
+    "Evaluation",
+    "Highlights",
+    "IndexStats",
+    "IndexedPresearcher",
+    "InvalidDocumentError",
+    "InvalidQueryError",
+    "NoFilterPresearcher",
+    "Percolator",
+    "PercolatorError",
+    "Presearcher",
+    "QueryIndex",
+    "QueryMatch",
+    "RegisteredQuery",
+    "Requirement",
+    "Schema",
+    "SchemaError",
+    "Segment",
+    "Selectivity",
+    "Token",
+    "UnknownQueryError",
+    "analyze_text",
+    "compile_query",
+    "evaluate",
+    "explain",
+    "extract",
+    "field_predicate",
+    "match_id",
+    "normalize_term",
+]

@@ -1,0 +1,521 @@
+"""Document and query-text analysis: the schema, the Unicode tokenizer with lowercasing and accent
+folding for ``text`` fields, exact keywords for every other field, and number/timestamp parsing.
+
+A document is analysed lazily: the prefilter needs only each field's set of distinct terms, so
+token positions and character offsets are computed only for documents that reach verification.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any, Literal, NamedTuple
+
+from percolator.errors import InvalidDocumentError, SchemaError
+
+__all__ = [
+    "DEFAULT_FIELD",
+    "FIELD_TYPES",
+    "KEYWORD",
+    "TEXT",
+    "AnalyzedDocument",
+    "Schema",
+    "Token",
+    "analyze_text",
+    "canonical_keyword",
+    "normalize_term",
+    "parse_number",
+    "parse_timestamp",
+]
+
+FIELD_TYPES = ("text", "string", "int", "float", "timestamp", "bool", "list<string>")
+
+TEXT: Literal["text"] = "text"
+KEYWORD: Literal["keyword"] = "keyword"
+
+#: Pseudo-field under which the prefilter sees the terms of all default fields together.
+DEFAULT_FIELD = "*"
+
+# A word starts with a word character and may carry combining marks, so that a decomposed
+# "nai\u0308ve" stays one token instead of splitting at the diaeresis.
+_WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*")
+
+# Values of one list field are laid end to end with this gap between their positions, so a
+# phrase never matches across two values (Elasticsearch's position_increment_gap).
+POSITION_GAP = 100
+
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+class Token(NamedTuple):
+    """One analysed term of a field: its position and its character offsets in the field's text.
+
+    ``start``/``end`` are None for values that are not strings (numbers, booleans), which have
+    no text to highlight.
+    """
+
+    term: str
+    position: int
+    start: int | None
+    end: int | None
+
+
+@lru_cache(maxsize=1 << 16)
+def _fold(word: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", word).casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def normalize_term(word: str) -> str:
+    """Lowercase and accent-fold one word (NFKD, case folding, combining marks dropped).
+
+    Examples
+    --------
+    >>> normalize_term("Café")
+    'cafe'
+    >>> normalize_term("STRASSE") == normalize_term("Straße")
+    True
+    """
+    if word.isascii():
+        return word.lower()
+    return _fold(word)
+
+
+def analyze_text(text: str) -> list[str]:
+    """The terms of ``text`` as a ``text`` field indexes them, in order.
+
+    Examples
+    --------
+    >>> analyze_text("Crème brûlée, 2 ÉCLAIRS!")
+    ['creme', 'brulee', '2', 'eclairs']
+    """
+    return [normalize_term(w) for w in _WORD.findall(text)]
+
+
+def _text_terms(text: str) -> set[str]:
+    if text.isascii():
+        # ASCII lowercasing keeps word boundaries, so one C-level pass does the whole value.
+        return set(_WORD.findall(text.lower()))
+    return {normalize_term(w) for w in _WORD.findall(text)}
+
+
+def canonical_keyword(value: Any) -> str:
+    """The keyword under which a scalar value is indexed for term queries.
+
+    Strings are kept exactly; booleans become ``true``/``false``; numbers their shortest
+    decimal form, integral floats without a fraction, so ``200`` and ``200.0`` meet.
+
+    Examples
+    --------
+    >>> canonical_keyword(200.0), canonical_keyword(True), canonical_keyword("ACME Corp")
+    ('200', 'true', 'ACME Corp')
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 2**53:
+            return str(int(value))
+        return repr(value)
+    raise InvalidDocumentError(f"cannot index a value of type {type(value).__name__}")
+
+
+def parse_number(value: Any) -> int | float | None:
+    """``value`` as a number if it is one or a decimal string (``"1e3"``, ``"-2.5"``), else None.
+
+    Booleans are not numbers here, although Python treats them as integers.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return None if isinstance(value, float) and math.isnan(value) else value
+    if isinstance(value, str):
+        text = value.strip()
+        if _INTEGER.fullmatch(text):
+            return int(text)
+        if _NUMBER.fullmatch(text):
+            return float(text)
+    return None
+
+
+def parse_timestamp(value: Any, unit: Literal["s", "ms"] = "s") -> float | None:
+    """``value`` as epoch seconds: an ISO-8601 string (naive means UTC) or an epoch number.
+
+    Epoch numbers, and decimal strings, are in ``unit``; None when ``value`` is neither.
+
+    Examples
+    --------
+    >>> parse_timestamp("2020-01-01T00:00:00Z"), parse_timestamp(1577836800000, unit="ms")
+    (1577836800.0, 1577836800.0)
+    """
+    number = parse_number(value)
+    if number is not None:
+        return number / 1000.0 if unit == "ms" else float(number)
+    if not isinstance(value, str):
+        return None
+    return _parse_iso(value.strip())
+
+
+@lru_cache(maxsize=1 << 12)
+def _parse_iso(text: str) -> float | None:
+    if len(text) < 10 or not text[:4].isdigit():
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Field types of the documents a percolator sees.
+
+    Parameters
+    ----------
+    fields
+        ``(name, type)`` pairs; use :meth:`of` to build from a mapping. Types are
+        ``text string int float timestamp bool list<string>``. ``text`` fields are tokenised,
+        lowercased and accent-folded; every other field is matched as exact keywords.
+    default_fields
+        The fields a term without a field (``acme`` rather than ``title:acme``) searches. None
+        means every text or string field of the document, declared or not.
+    dynamic
+        How an undeclared field holding a string is analysed: ``"string"`` (exact keyword, the
+        default: the open schema of the language) or ``"text"``.
+    time_unit
+        Unit of epoch numbers in timestamp comparisons: ``"s"`` or ``"ms"``.
+
+    Examples
+    --------
+    >>> schema = Schema.of({"title": "text", "source": "string"}, default_fields=["title"])
+    >>> schema.type_of("title"), schema.type_of("undeclared")
+    ('text', None)
+    """
+
+    fields: tuple[tuple[str, str], ...] = ()
+    default_fields: tuple[str, ...] | None = None
+    dynamic: Literal["string", "text"] = "string"
+    time_unit: Literal["s", "ms"] = "s"
+    _types: dict[str, str] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        types: dict[str, str] = {}
+        for name, type_name in self.fields:
+            if type_name not in FIELD_TYPES:
+                raise SchemaError(
+                    f"field {name!r} has unknown type {type_name!r}; "
+                    f"expected one of {', '.join(FIELD_TYPES)}"
+                )
+            if name in types and types[name] != type_name:
+                raise SchemaError(f"field {name!r} is declared twice with different types")
+            types[name] = type_name
+        if self.dynamic not in ("string", "text"):
+            raise SchemaError(f"dynamic must be 'string' or 'text', not {self.dynamic!r}")
+        if self.time_unit not in ("s", "ms"):
+            raise SchemaError(f"time_unit must be 's' or 'ms', not {self.time_unit!r}")
+        if self.default_fields is not None:
+            object.__setattr__(self, "default_fields", tuple(self.default_fields))
+        object.__setattr__(self, "_types", types)
+
+    @classmethod
+    def of(
+        cls,
+        fields: Mapping[str, str] | None = None,
+        *,
+        default_fields: Iterable[str] | None = None,
+        dynamic: Literal["string", "text"] = "string",
+        time_unit: Literal["s", "ms"] = "s",
+    ) -> Schema:
+        """Build a schema from a ``field -> type name`` mapping."""
+        return cls(
+            fields=tuple((fields or {}).items()),
+            default_fields=None if default_fields is None else tuple(default_fields),
+            dynamic=dynamic,
+            time_unit=time_unit,
+        )
+
+    @classmethod
+    def from_stream(cls, stream: Any, **options: Any) -> Schema:
+        """The schema of a ``stream`` declaration (a ``query_lang.ast.StreamDecl``)."""
+        if stream.time_unit is not None:
+            options.setdefault("time_unit", stream.time_unit)
+        return cls(fields=tuple((f.name, f.type) for f in stream.fields), **options)
+
+    def type_of(self, name: str) -> str | None:
+        """The declared type of field ``name``, or None when it is not declared."""
+        return self._types.get(name)
+
+    def possible_kinds(self, name: str) -> frozenset[str]:
+        """How field ``name`` may be analysed in some document: ``text``, ``keyword`` or both.
+
+        Undeclared fields holding numbers or booleans are always keywords; holding strings
+        they follow ``dynamic``. ``name`` may be :data:`DEFAULT_FIELD`.
+        """
+        if name == DEFAULT_FIELD:
+            if self.default_fields is not None:
+                kinds: set[str] = set()
+                for member in self.default_fields:
+                    kinds |= self.possible_kinds(member)
+                return frozenset(kinds)
+            declared_text = any(t == "text" for t in self._types.values())
+            kinds = {KEYWORD}
+            if declared_text or self.dynamic == "text":
+                kinds.add(TEXT)
+            return frozenset(kinds)
+        declared = self._types.get(name)
+        if declared is not None:
+            return frozenset({TEXT if declared == "text" else KEYWORD})
+        return frozenset({KEYWORD, TEXT if self.dynamic == "text" else KEYWORD})
+
+    def is_default_field(self, name: str, values: tuple[Any, ...]) -> bool:
+        """Whether a document field is searched by terms that name no field."""
+        if self.default_fields is not None:
+            return name in self.default_fields
+        declared = self._types.get(name)
+        if declared is not None:
+            return declared in ("text", "string", "list<string>")
+        return any(isinstance(v, str) for v in values)
+
+
+DEFAULT_SCHEMA = Schema()
+
+_SCALARS = (str, int, float, bool)
+
+
+def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, tuple[Any, ...]]) -> None:
+    for key, value in source.items():
+        if not isinstance(key, str):
+            raise InvalidDocumentError(f"field names must be strings, not {key!r}")
+        name = prefix + key
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            # Objects flatten to dotted names, as Elasticsearch maps them.
+            _flatten(value, name + ".", out)
+        elif isinstance(value, _SCALARS):
+            out[name] = (value,)
+        elif isinstance(value, list | tuple):
+            items = tuple(v for v in value if v is not None)
+            for item in items:
+                if not isinstance(item, _SCALARS):
+                    raise InvalidDocumentError(
+                        f"field {name!r} holds a {type(item).__name__} inside a list; only "
+                        "strings, numbers and booleans can be searched"
+                    )
+            if items:
+                out[name] = items
+        else:
+            raise InvalidDocumentError(
+                f"field {name!r} holds a {type(value).__name__}; only strings, numbers, "
+                "booleans, lists of them and objects can be searched"
+            )
+
+
+class AnalyzedDocument:
+    """One document (a mapping of field to value) seen through a schema, analysed on demand.
+
+    Null values and empty lists count as absent. Nested objects are flattened to dotted field
+    names. Character offsets of a field with several values count into the values joined by
+    one newline.
+    """
+
+    __slots__ = (
+        "source", "schema", "_values", "_kinds", "_terms", "_tokens", "_positions",
+        "_numbers", "_times", "_default_fields", "_joined",
+    )
+
+    def __init__(self, source: Mapping[str, Any], schema: Schema = DEFAULT_SCHEMA) -> None:
+        if not isinstance(source, Mapping):
+            raise InvalidDocumentError(
+                f"a document must be a mapping of field to value, not {type(source).__name__}"
+            )
+        self.source = source
+        self.schema = schema
+        values: dict[str, tuple[Any, ...]] = {}
+        _flatten(source, "", values)
+        self._values = values
+        self._kinds: dict[str, str] = {}
+        self._terms: dict[str, frozenset[str]] = {}
+        self._tokens: dict[str, tuple[Token, ...]] = {}
+        # Also caches term_spans and token_at, under prefixed keys.
+        self._positions: dict[str, dict[Any, Any]] = {}
+        self._numbers: dict[str, tuple[int | float, ...]] = {}
+        self._times: dict[str, tuple[float, ...]] = {}
+        self._joined: dict[str, str] = {}
+        self._default_fields: tuple[str, ...] | None = None
+
+    def fields(self) -> tuple[str, ...]:
+        """Names of the fields present (not null, not an empty list)."""
+        return tuple(self._values)
+
+    def has(self, name: str) -> bool:
+        """Whether field ``name`` is present; :data:`DEFAULT_FIELD` asks for any default field."""
+        if name == DEFAULT_FIELD:
+            return bool(self.default_fields())
+        return name in self._values
+
+    def values(self, name: str) -> tuple[Any, ...]:
+        """The raw non-null values of field ``name`` (empty when absent)."""
+        return self._values.get(name, ())
+
+    def default_fields(self) -> tuple[str, ...]:
+        """The fields present in this document that terms without a field search."""
+        if self._default_fields is None:
+            self._default_fields = tuple(
+                name for name, vals in self._values.items()
+                if self.schema.is_default_field(name, vals)
+            )
+        return self._default_fields
+
+    def kind(self, name: str) -> str:
+        """``text`` or ``keyword``: how field ``name`` is analysed in this document."""
+        kind = self._kinds.get(name)
+        if kind is None:
+            declared = self.schema.type_of(name)
+            if declared is not None:
+                kind = TEXT if declared == "text" else KEYWORD
+            elif self.schema.dynamic == "text" and any(
+                isinstance(v, str) for v in self._values.get(name, ())
+            ):
+                kind = TEXT
+            else:
+                kind = KEYWORD
+            self._kinds[name] = kind
+        return kind
+
+    def terms(self, name: str) -> frozenset[str]:
+        """The distinct terms of field ``name``; for :data:`DEFAULT_FIELD`, of all default fields.
+
+        Text fields give their analysed words; keyword fields their exact values; numbers and
+        booleans their :func:`canonical_keyword`.
+        """
+        terms = self._terms.get(name)
+        if terms is None:
+            if name == DEFAULT_FIELD:
+                union: set[str] = set()
+                for member in self.default_fields():
+                    union |= self.terms(member)
+                terms = frozenset(union)
+            else:
+                text = self.kind(name) == TEXT
+                collected: set[str] = set()
+                for value in self._values.get(name, ()):
+                    if text and isinstance(value, str):
+                        collected |= _text_terms(value)
+                    else:
+                        collected.add(canonical_keyword(value))
+                terms = frozenset(collected)
+            self._terms[name] = terms
+        return terms
+
+    def joined_terms(self, name: str) -> str:
+        """The distinct terms of a field, each framed by ``\\x1e``, for substring automata."""
+        joined = self._joined.get(name)
+        if joined is None:
+            terms = self.terms(name)
+            joined = "\x1e" + "\x1e".join(terms) + "\x1e" if terms else ""
+            self._joined[name] = joined
+        return joined
+
+    def frameable(self, name: str) -> bool:
+        """Whether no term of field ``name`` holds the frame character, so that
+        :meth:`joined_terms` splits back into exactly the terms (true for every text field)."""
+        if name != DEFAULT_FIELD and self.kind(name) == TEXT:
+            return True
+        return "\x1e" not in "".join(self.terms(name))
+
+    def tokens(self, name: str) -> tuple[Token, ...]:
+        """Every token of field ``name`` in order, with positions and character offsets."""
+        tokens = self._tokens.get(name)
+        if tokens is None:
+            text = self.kind(name) == TEXT
+            collected: list[Token] = []
+            base = 0
+            position = 0
+            for value in self._values.get(name, ()):
+                if not isinstance(value, str):
+                    collected.append(Token(canonical_keyword(value), position, None, None))
+                    position += POSITION_GAP
+                    continue
+                if text:
+                    # ASCII lowercasing keeps offsets, so words come out already normalised.
+                    ascii_text = value.isascii()
+                    source = value.lower() if ascii_text else value
+                    last = position
+                    for match in _WORD.finditer(source):
+                        word = match.group()
+                        collected.append(Token(
+                            word if ascii_text else normalize_term(word), last,
+                            base + match.start(), base + match.end(),
+                        ))
+                        last += 1
+                    position = last + POSITION_GAP
+                else:
+                    collected.append(Token(value, position, base, base + len(value)))
+                    position += POSITION_GAP
+                base += len(value) + 1
+            tokens = tuple(collected)
+            self._tokens[name] = tokens
+        return tokens
+
+    def term_spans(self, name: str) -> dict[str, list[tuple[int, int]]]:
+        """``term -> [(start, end), ...]`` character offsets of field ``name``, for highlights."""
+        key = "spans\x00" + name
+        spans = self._positions.get(key)
+        if spans is None:
+            spans = {}
+            for token in self.tokens(name):
+                if token.start is not None:
+                    spans.setdefault(token.term, []).append((token.start, token.end))
+            self._positions[key] = spans
+        return spans  # type: ignore[return-value]
+
+    def token_at(self, name: str) -> dict[int, Token]:
+        """``position -> token`` of field ``name``, for highlighting phrases."""
+        key = "at\x00" + name
+        at = self._positions.get(key)
+        if at is None:
+            at = {token.position: token for token in self.tokens(name)}
+            self._positions[key] = at
+        return at  # type: ignore[return-value]
+
+    def positions(self, name: str) -> dict[str, set[int]]:
+        """``term -> positions`` of field ``name``, for phrase matching."""
+        positions = self._positions.get(name)
+        if positions is None:
+            positions = {}
+            for token in self.tokens(name):
+                positions.setdefault(token.term, set()).add(token.position)
+            self._positions[name] = positions
+        return positions
+
+    def numbers(self, name: str) -> tuple[int | float, ...]:
+        """The values of field ``name`` that are numbers or decimal strings."""
+        numbers = self._numbers.get(name)
+        if numbers is None:
+            parsed = (parse_number(v) for v in self._values.get(name, ()))
+            numbers = tuple(n for n in parsed if n is not None)
+            self._numbers[name] = numbers
+        return numbers
+
+    def timestamps(self, name: str) -> tuple[float, ...]:
+        """The values of field ``name`` read as timestamps, in epoch seconds."""
+        times = self._times.get(name)
+        if times is None:
+            unit = self.schema.time_unit
+            parsed = (parse_timestamp(v, unit) for v in self._values.get(name, ()))
+            times = tuple(t for t in parsed if t is not None)
+            self._times[name] = times
+        return times

@@ -1,0 +1,396 @@
+"""Prefilter strategies: given a document, which standing queries could match it.
+
+A :class:`Presearcher` turns compiled queries into requirements and builds index segments over
+them; a segment answers a document with candidate query slots, which the evaluator verifies.
+:class:`NoFilterPresearcher` proposes every query (the baseline every other strategy must agree
+with); :class:`IndexedPresearcher` indexes exact terms in dicts, literals of prefixes, wildcards
+and regexes in Aho-Corasick automata, and numeric/time intervals in sorted arrays.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from bisect import bisect_right
+from collections.abc import Iterable
+
+import ahocorasick
+import numpy as np
+
+from percolator.analysis import AnalyzedDocument
+from percolator.errors import ConfigurationError
+from percolator.evaluate import CompiledQuery
+from percolator.extract import (
+    DEFAULT_SELECTIVITY,
+    TRUE,
+    Atom,
+    Clause,
+    Requirement,
+    Selectivity,
+    extract,
+)
+
+__all__ = [
+    "IndexedPresearcher",
+    "IndexedSegment",
+    "NoFilterPresearcher",
+    "NoFilterSegment",
+    "Presearcher",
+    "Segment",
+]
+
+
+#: A query is posted under term pairs only when its two clauses give at most this many pairs.
+MAX_PAIRS = 16
+
+
+class Segment(ABC):
+    """A set of query slots with a structure that proposes candidates for a document.
+
+    A segment is *open* while queries are added (the live delta) and *sealed* once built;
+    sealing may build structures that do not support cheap insertion.
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.always_run = 0
+        self.sealed = False
+
+    @abstractmethod
+    def add(self, slot: int, requirement: Requirement) -> None:
+        """Add the query in ``slot`` with its requirement; only while the segment is open."""
+
+    def seal(self) -> None:
+        """Build the read-optimised structures; no query can be added afterwards."""
+        self.sealed = True
+
+    @abstractmethod
+    def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
+        """Slots of the queries in this segment that could match ``doc`` (each once)."""
+
+    def _check_open(self) -> None:
+        if self.sealed:
+            raise ConfigurationError("cannot add a query to a sealed segment")
+
+
+class Presearcher(ABC):
+    """A prefilter strategy: how queries are reduced to requirements and indexed."""
+
+    name = "presearcher"
+
+    @abstractmethod
+    def requirement(self, query: CompiledQuery) -> Requirement:
+        """What a document must contain for ``query`` to be proposed for it."""
+
+    @abstractmethod
+    def new_segment(self) -> Segment:
+        """An empty open segment."""
+
+
+class NoFilterSegment(Segment):
+    """Proposes every query it holds for every document."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._slots: list[int] = []
+
+    def add(self, slot: int, requirement: Requirement) -> None:
+        self._check_open()
+        self._slots.append(slot)
+        self.size += 1
+        self.always_run += 1
+
+    def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
+        return self._slots
+
+
+class NoFilterPresearcher(Presearcher):
+    """The baseline: no prefilter, every query is verified against every document."""
+
+    name = "no-filter"
+
+    def requirement(self, query: CompiledQuery) -> Requirement:
+        return TRUE
+
+    def new_segment(self) -> Segment:
+        return NoFilterSegment()
+
+
+class _IntervalTable:
+    """Intervals of one (kind, field), inclusive, open ends as infinities, sorted by low end."""
+
+    __slots__ = ("pending", "lows", "highs", "atoms", "low_list")
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[float, float, int]] = []
+        self.lows = self.highs = self.atoms = None
+        self.low_list: list[float] = []
+
+    def seal(self) -> None:
+        self.pending.sort()
+        self.low_list = [low for low, _, _ in self.pending]
+        self.lows = np.array(self.low_list, dtype=np.float64)
+        self.highs = np.array([high for _, high, _ in self.pending], dtype=np.float64)
+        self.atoms = np.array([atom for _, _, atom in self.pending], dtype=np.int64)
+
+    def stab(self, value: float, hits: set[int]) -> None:
+        try:
+            value = float(value)
+        except OverflowError:
+            value = np.inf if value > 0 else -np.inf
+        if self.atoms is None:
+            hits.update(a for low, high, a in self.pending if low <= value <= high)
+            return
+        count = bisect_right(self.low_list, value)
+        if count:
+            hits.update(self.atoms[:count][self.highs[:count] >= value].tolist())
+
+
+def _atom_holds(doc: AnalyzedDocument, atom: Atom) -> bool:
+    kind, field_name = atom[0], atom[1]
+    if kind == "term":
+        return atom[2] in doc.terms(field_name)
+    if kind == "literal":
+        return atom[2] in doc.joined_terms(field_name)
+    if kind == "exists":
+        return doc.has(field_name)
+    low, high = atom[2], atom[3]
+    values = doc.numbers(field_name) if kind == "number" else doc.timestamps(field_name)
+    return any((low is None or low <= v) and (high is None or v <= high) for v in values)
+
+
+class IndexedSegment(Segment):
+    """Postings of queries under the most selective clause of their requirement.
+
+    Only anchor clauses are indexed: exact terms in dicts, framed literals in one Aho-Corasick
+    automaton per field run over the document's distinct terms (a substring scan while the
+    segment is open), intervals in arrays sorted by low end, present fields. A posted query
+    becomes a candidate only when its other clauses hold too, checked directly against the
+    document (minimum-should-match over all clauses, as Elasticsearch's percolator does for
+    conjunctions) - cheaper than indexing them, since few queries are posted per document.
+    """
+
+    def __init__(self, selectivity: Selectivity = DEFAULT_SELECTIVITY) -> None:
+        super().__init__()
+        self._selectivity = selectivity
+        self._atom_ids: dict[Atom, int] = {}
+        self._postings: dict[int, list[int]] = {}
+        self._checks: dict[int, tuple[tuple[Atom, ...], ...]] = {}
+        self._always: list[int] = []
+        self._terms: dict[str, dict[str, int]] = {}
+        self._literals: dict[str, dict[str, int]] = {}
+        self._automata: dict[str, ahocorasick.Automaton] = {}
+        self._intervals: dict[tuple[str, str], _IntervalTable] = {}
+        self._exists: dict[str, int] = {}
+        # field -> term -> partner term (same field) -> slots, for queries posted under a pair
+        # of terms that must both occur.
+        self._pairs: dict[str, dict[str, dict[str, list[int]]]] = {}
+        # field -> term -> id of another atom (a literal, an interval, a term of another
+        # field...) -> slots, for queries posted under a term and another clause.
+        self._mixed: dict[str, dict[str, dict[int, list[int]]]] = {}
+
+    def _atom_id(self, atom: Atom) -> int:
+        known = self._atom_ids.get(atom)
+        if known is not None:
+            return known
+        atom_id = len(self._atom_ids)
+        self._atom_ids[atom] = atom_id
+        kind = atom[0]
+        if kind == "term":
+            self._terms.setdefault(atom[1], {})[atom[2]] = atom_id
+        elif kind == "literal":
+            self._literals.setdefault(atom[1], {})[atom[2]] = atom_id
+        elif kind in ("number", "time"):
+            low = -np.inf if atom[2] is None else atom[2]
+            high = np.inf if atom[3] is None else atom[3]
+            table = self._intervals.setdefault((kind, atom[1]), _IntervalTable())
+            table.pending.append((low, high, atom_id))
+        else:
+            self._exists[atom[1]] = atom_id
+        return atom_id
+
+    def add(self, slot: int, requirement: Requirement) -> None:
+        self._check_open()
+        self.size += 1
+        if requirement.never:
+            return
+        if requirement.always:
+            self._always.append(slot)
+            self.always_run += 1
+            return
+        selectivity = self._selectivity
+        posted = self._post_pair(slot, requirement) or self._post_mixed(slot, requirement)
+        if not posted:
+            anchor = requirement.anchor(selectivity)
+            for atom in anchor:
+                self._postings.setdefault(self._atom_id(atom), []).append(slot)
+            posted = (anchor,)
+        rest = sorted(
+            (c for c in requirement.clauses if c not in posted), key=selectivity.clause_cost
+        )
+        if rest:
+            # Most selective clause first: a failing check usually stops at the first atom.
+            self._checks[slot] = tuple(
+                tuple(sorted(c, key=selectivity.atom_cost)) for c in rest
+            )
+
+    def _post_pair(self, slot: int, requirement: Requirement) -> tuple[Clause, ...]:
+        """Post the query under every pair of terms of its two most selective term clauses.
+
+        A document then proposes the query only when it holds both terms of a pair, so the
+        queries posted per document follow co-occurrence, not the frequency of single terms:
+        what keeps candidate counts flat as the number of queries grows.
+        """
+        cost = self._selectivity.clause_cost
+        by_field: dict[str, list[Clause]] = {}
+        for clause in requirement.clauses:
+            fields = {a[1] for a in clause if a[0] == "term"}
+            if len(fields) == 1 and all(a[0] == "term" for a in clause):
+                by_field.setdefault(fields.pop(), []).append(clause)
+        options = [
+            sorted(clauses, key=cost)[:2] for clauses in by_field.values() if len(clauses) >= 2
+        ]
+        if not options:
+            return ()
+        first, second = min(options, key=lambda pair: cost(pair[0]) * cost(pair[1]))
+        if len(first) * len(second) > MAX_PAIRS:
+            return ()
+        atom_cost = self._selectivity.atom_cost
+        for left in first:
+            for right in second:
+                rare, common = (left, right) if atom_cost(left) <= atom_cost(right) else (
+                    right, left)
+                partners = self._pairs.setdefault(rare[1], {}).setdefault(rare[2], {})
+                partners.setdefault(common[2], []).append(slot)
+        return (first, second)
+
+    def _post_mixed(self, slot: int, requirement: Requirement) -> tuple[Clause, ...]:
+        """Post the query under a term of one clause paired with an atom of another.
+
+        Used when no two clauses are terms of one field: a prefix AND a term, a term AND a
+        range, terms of two fields. The document's hit atoms are intersected with the
+        partners of each of its terms, again in C.
+        """
+        cost = self._selectivity.clause_cost
+        clauses = sorted(requirement.clauses, key=cost)
+        term_clauses = [
+            c for c in clauses if len(c) <= MAX_PAIRS and all(a[0] == "term" for a in c)
+        ]
+        if not term_clauses or len(clauses) < 2:
+            return ()
+        first = term_clauses[0]
+        second = next((c for c in clauses if c != first), None)
+        if second is None or len(first) * len(second) > MAX_PAIRS:
+            return ()
+        for term_atom in first:
+            partners = self._mixed.setdefault(term_atom[1], {}).setdefault(term_atom[2], {})
+            for atom in second:
+                partners.setdefault(self._atom_id(atom), []).append(slot)
+        return (first, second)
+
+    def seal(self) -> None:
+        for field_name, literals in self._literals.items():
+            automaton = ahocorasick.Automaton()
+            for literal, atom_id in literals.items():
+                automaton.add_word(literal, atom_id)
+            automaton.make_automaton()
+            self._automata[field_name] = automaton
+        for table in self._intervals.values():
+            table.seal()
+        super().seal()
+
+    def hits(self, doc: AnalyzedDocument) -> set[int]:
+        """Ids of the anchor atoms of this segment that ``doc`` satisfies."""
+        hits: set[int] = set()
+        for field_name, table in self._terms.items():
+            if doc.has(field_name):
+                common = table.keys() & doc.terms(field_name)
+                if common:
+                    hits.update(map(table.__getitem__, common))
+        if self.sealed:
+            for field_name, automaton in self._automata.items():
+                if doc.has(field_name):
+                    joined = doc.joined_terms(field_name)
+                    if joined:
+                        hits.update(atom for _, atom in automaton.iter(joined))
+        else:
+            for field_name, literals in self._literals.items():
+                if doc.has(field_name):
+                    joined = doc.joined_terms(field_name)
+                    hits.update(atom for lit, atom in literals.items() if lit in joined)
+        for (kind, field_name), intervals in self._intervals.items():
+            if doc.has(field_name):
+                values = doc.numbers(field_name) if kind == "number" else doc.timestamps(
+                    field_name)
+                for value in values:
+                    intervals.stab(value, hits)
+        for field_name, atom_id in self._exists.items():
+            if doc.has(field_name):
+                hits.add(atom_id)
+        return hits
+
+    def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
+        postings = self._postings
+        posted: set[int] = set()
+        hits = self.hits(doc)
+        for atom_id in hits:
+            slots = postings.get(atom_id)
+            if slots is not None:
+                posted.update(slots)
+        for field_name, by_term in self._mixed.items():
+            if not doc.has(field_name):
+                continue
+            for term in by_term.keys() & doc.terms(field_name):
+                partners = by_term[term]
+                for atom_id in partners.keys() & hits:
+                    posted.update(partners[atom_id])
+        for field_name, by_term in self._pairs.items():
+            if not doc.has(field_name):
+                continue
+            terms = doc.terms(field_name)
+            for term in by_term.keys() & terms:
+                partners = by_term[term]
+                for partner in partners.keys() & terms:
+                    posted.update(partners[partner])
+        found = list(self._always)
+        checks = self._checks
+        memo: dict[Atom, bool] = {}
+        for slot in posted:
+            clauses = checks.get(slot)
+            if clauses is not None:
+                for clause in clauses:
+                    for atom in clause:
+                        held = memo.get(atom)
+                        if held is None:
+                            held = memo[atom] = _atom_holds(doc, atom)
+                        if held:
+                            break
+                    else:
+                        break
+                else:
+                    found.append(slot)
+                continue
+            found.append(slot)
+        return found
+
+
+class IndexedPresearcher(Presearcher):
+    """Indexes query requirements: terms, substring literals, intervals and field presence.
+
+    Parameters
+    ----------
+    selectivity
+        Estimates used to choose the clause each query is posted under; pass a
+        :class:`Selectivity` with term frequencies from a sample of the stream for the best
+        anchors.
+    """
+
+    name = "indexed"
+
+    def __init__(self, selectivity: Selectivity | None = None) -> None:
+        self.selectivity = selectivity or DEFAULT_SELECTIVITY
+
+    def requirement(self, query: CompiledQuery) -> Requirement:
+        return extract(query, self.selectivity)
+
+    def new_segment(self) -> Segment:
+        return IndexedSegment(self.selectivity)

@@ -1,0 +1,148 @@
+"""Analysis: tokenizer, lowercasing, accent folding, offsets, keywords, schema and values."""
+
+from __future__ import annotations
+
+import pytest
+
+from percolator import (
+    DEFAULT_FIELD,
+    AnalyzedDocument,
+    InvalidDocumentError,
+    Schema,
+    SchemaError,
+    analyze_text,
+    normalize_term,
+)
+from percolator.analysis import canonical_keyword, parse_number, parse_timestamp
+
+
+@pytest.mark.parametrize(
+    ("word", "folded"),
+    [
+        ("Café", "cafe"),
+        ("cafe\u0301", "cafe"),  # decomposed accent stays in the token and is dropped
+        ("ÉCOLE", "ecole"),
+        ("Straße", "strasse"),
+        ("ﬁancé", "fiance"),  # compatibility ligature
+        ("Ｆｕｌｌ", "full"),  # full-width letters
+        ("İstanbul", "istanbul"),
+        ("naïve", "naive"),
+        ("ASCII", "ascii"),
+    ],
+)
+def test_normalize_term_folds_case_and_accents(word, folded):
+    assert normalize_term(word) == folded
+
+
+def test_tokenizer_is_unicode_aware_and_keeps_decomposed_words_whole():
+    assert analyze_text("Nai\u0308ve résumé—über_alles 42.5 日本語") == [
+        "naive", "resume", "uber_alles", "42", "5", "日本語"
+    ]
+    assert analyze_text("!!! ...") == []
+
+
+def test_tokens_keep_positions_and_original_character_offsets():
+    doc = AnalyzedDocument({"title": "Ünïcode  CAFÉ, café"}, Schema.of({"title": "text"}))
+    tokens = doc.tokens("title")
+    assert [(t.term, t.position, t.start, t.end) for t in tokens] == [
+        ("unicode", 0, 0, 7), ("cafe", 1, 9, 13), ("cafe", 2, 15, 19)
+    ]
+    text = doc.source["title"]
+    assert [text[t.start:t.end] for t in tokens] == ["Ünïcode", "CAFÉ", "café"]
+    assert doc.terms("title") == {"unicode", "cafe"}
+    assert doc.positions("title") == {"unicode": {0}, "cafe": {1, 2}}
+
+
+def test_list_values_offsets_count_into_values_joined_by_newline_and_positions_gap():
+    schema = Schema.of({"notes": "text", "tags": "list<string>"})
+    doc = AnalyzedDocument({"notes": ["red fox", "blue"], "tags": ["A b", "c"]}, schema)
+    assert [(t.term, t.position, t.start, t.end) for t in doc.tokens("notes")] == [
+        ("red", 0, 0, 3), ("fox", 1, 4, 7), ("blue", 102, 8, 12)
+    ]
+    assert [(t.term, t.start, t.end) for t in doc.tokens("tags")] == [
+        ("A b", 0, 3), ("c", 4, 5)
+    ]
+    assert doc.terms("tags") == {"A b", "c"}
+
+
+def test_keyword_fields_are_exact_and_undeclared_strings_are_keywords():
+    schema = Schema.of({"title": "text", "source": "string"})
+    doc = AnalyzedDocument({"title": "Big News", "source": "Reuters UK", "extra": "Free Text"},
+                           schema)
+    assert doc.kind("source") == doc.kind("extra") == "keyword"
+    assert doc.terms("source") == {"Reuters UK"}
+    assert doc.terms("extra") == {"Free Text"}
+    dynamic = AnalyzedDocument({"extra": "Free Text"}, Schema(dynamic="text"))
+    assert dynamic.kind("extra") == "text"
+    assert dynamic.terms("extra") == {"free", "text"}
+
+
+def test_default_fields_are_text_and_string_fields_unless_configured():
+    schema = Schema.of({"title": "text", "views": "int", "source": "string"})
+    doc = AnalyzedDocument(
+        {"title": "a b", "views": 3, "source": "x", "other": "Y", "n": 5, "flag": True}, schema
+    )
+    assert doc.default_fields() == ("title", "source", "other")
+    assert doc.terms(DEFAULT_FIELD) == {"a", "b", "x", "Y"}
+    configured = Schema.of({"title": "text"}, default_fields=["title"])
+    assert AnalyzedDocument({"title": "a", "other": "b"}, configured).default_fields() == (
+        "title",
+    )
+
+
+def test_nulls_empty_lists_and_nested_objects():
+    doc = AnalyzedDocument({"a": None, "b": [], "c": [None, "x"], "user": {"name": "Ann"}})
+    assert doc.fields() == ("c", "user.name")
+    assert not doc.has("a") and not doc.has("b")
+    assert doc.terms("user.name") == {"Ann"}
+
+
+def test_values_that_cannot_be_searched_are_named():
+    with pytest.raises(InvalidDocumentError, match="field 'blob' holds a bytes"):
+        AnalyzedDocument({"blob": b"\x00"})
+    with pytest.raises(InvalidDocumentError, match="field 'items' holds a dict inside a list"):
+        AnalyzedDocument({"items": [{"a": 1}]})
+    with pytest.raises(InvalidDocumentError, match="must be a mapping"):
+        AnalyzedDocument(["not", "a", "document"])  # type: ignore[arg-type]
+
+
+def test_numbers_and_timestamps_are_parsed_from_values():
+    doc = AnalyzedDocument(
+        {"views": "1500", "score": 2.5, "flag": True, "ts": "2020-01-01T01:00:00+01:00",
+         "epoch": 1577836800}
+    )
+    assert doc.numbers("views") == (1500,)
+    assert doc.numbers("flag") == ()
+    assert doc.timestamps("ts") == (1577836800.0,)
+    assert doc.timestamps("epoch") == (1577836800.0,)
+    ms = AnalyzedDocument({"epoch": 1577836800000}, Schema(time_unit="ms"))
+    assert ms.timestamps("epoch") == (1577836800.0,)
+
+
+def test_scalar_keywords_are_canonical():
+    assert canonical_keyword(200.0) == "200"
+    assert canonical_keyword(0.5) == "0.5"
+    assert canonical_keyword(False) == "false"
+    assert parse_number("1e3") == 1000.0
+    assert parse_number("1_000") is None
+    assert parse_number("nan") is None
+    assert parse_timestamp("not a date") is None
+    assert parse_timestamp("2020-01-01") == 1577836800.0
+
+
+def test_schema_rejects_unknown_types_and_options():
+    with pytest.raises(SchemaError, match="field 'x' has unknown type 'varchar'"):
+        Schema.of({"x": "varchar"})
+    with pytest.raises(SchemaError, match="dynamic must be"):
+        Schema(dynamic="json")  # type: ignore[arg-type]
+    with pytest.raises(SchemaError, match="declared twice"):
+        Schema(fields=(("a", "int"), ("a", "text")))
+
+
+def test_schema_from_stream_declaration():
+    from query_lang import parse
+
+    module = parse("stream news (title text, views int, ts timestamp) time ts unit ms")
+    schema = Schema.from_stream(module.declarations[0])
+    assert schema.type_of("title") == "text"
+    assert schema.time_unit == "ms"

@@ -1,0 +1,85 @@
+"""The percolator's output: match objects, deterministic ids, JSON shape, batches, ids."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from percolator_support import SCHEMA
+
+from percolator import InvalidDocumentError, Percolator, QueryMatch, match_id
+from query_lang import parse, parse_search
+
+
+@pytest.fixture
+def percolator() -> Percolator:
+    percolator = Percolator(SCHEMA)
+    module = parse(
+        'query acme_news "ACME in the news"\n'
+        "  from news\n"
+        '  match title:("acme corp" OR acme) AND body:(layoff* OR merger)'
+        " AND NOT source:tabloid AND views >= 1000\n"
+    )
+    percolator.add_declaration(module.declarations[0])
+    percolator.add("zeta", parse_search("zeta"))
+    return percolator
+
+
+def test_match_emits_the_engine_output_shape(percolator):
+    doc = {"id": "d1", "title": "Acme Corp cuts jobs", "body": "layoffs loom", "views": 2000,
+           "source": "wire"}
+    [found] = percolator.match(doc, stream="news")
+    assert found == QueryMatch("acme_news", "d1", {"body": [[0, 7]], "title": [[0, 9]]},
+                               match_id("acme_news", "d1"))
+    assert json.loads(found.to_json()) == {
+        "kind": "query",
+        "name": "acme_news",
+        "document_id": "d1",
+        "match_id": match_id("acme_news", "d1"),
+        "highlights": {"body": [[0, 7]], "title": [[0, 9]]},
+    }
+    assert list(found.to_dict()) == ["kind", "name", "document_id", "match_id", "highlights"]
+    assert percolator.match(doc, stream="other") == []
+
+
+def test_match_id_is_deterministic_across_processes():
+    here = match_id("acme_news", "d1")
+    code = "from percolator import match_id; print(match_id('acme_news', 'd1'))"
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert here == there
+    assert here != match_id("acme_news", "d2") != match_id("acme", "_newsd2")
+    assert len(here) == 32 and int(here, 16) >= 0
+
+
+def test_document_ids(percolator):
+    doc = {"title": "zeta"}
+    with pytest.raises(InvalidDocumentError, match="no 'id' field; pass document_id"):
+        percolator.match(doc)
+    assert percolator.match(doc, document_id=42)[0].document_id == "42"
+    result = percolator.match_batch([doc, {"id": "x", "title": "zeta"}, doc])
+    assert [[m.document_id for m in found] for found in result.matches] == [["0"], ["x"], ["2"]]
+    custom = Percolator(SCHEMA, id_field="uuid")
+    custom.add("z", parse_search("zeta"))
+    assert custom.match({"uuid": "u-1", "title": "zeta"})[0].document_id == "u-1"
+
+
+def test_batch_stats(percolator):
+    result = percolator.match_batch([
+        {"id": "1", "title": "zeta"},
+        {"id": "2", "title": "acme", "body": "merger", "views": 5},
+        {"id": "3", "title": "nothing"},
+    ])
+    stats = result.stats
+    assert stats.documents == 3
+    assert stats.candidates_per_doc == (1, 0, 0)  # views 5 fails the interval clause
+    assert stats.verified == 1 and stats.matched == 1 and stats.always_run == 0
+    assert stats.mean_candidates == pytest.approx(1 / 3)
+    assert Percolator(SCHEMA).match_batch([]).stats.mean_candidates == 0.0
+
+
+def test_to_json_keeps_unicode_field_names():
+    match = QueryMatch("q", "d", {"título": [[0, 1]]}, "id")
+    assert '"título"' in match.to_json()
