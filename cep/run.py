@@ -89,7 +89,16 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         "STREAM=PATH binds every event of the input to STREAM (repeatable)",
     )
     parser.add_argument(
-        "--engine", choices=["embedded"], default="embedded", help="execution engine"
+        "--engine", choices=["embedded", "spark"], default="embedded",
+        help="embedded (default: in-process) or spark (Structured Streaming; --out is then a "
+        "directory of one file per micro-batch)",
+    )
+    parser.add_argument(
+        "--master", default="local[*]", help="Spark master for --engine spark (default local[*])"
+    )
+    parser.add_argument(
+        "--checkpoint", metavar="DIR",
+        help="Spark checkpoint (default OUT/_checkpoint); rerun with it to continue",
     )
     parser.add_argument(
         "--outbox", metavar="PATH",
@@ -188,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
         except AlertError as err:
             print(f"vigil run: {err}", file=sys.stderr)
             return EXIT_ERRORS
+    if getattr(args, "engine", "embedded") == "spark":
+        return _run_spark(args, program, engine, inputs, sink)
     try:
         out, close_out = _open_output(args.out)
         dead, close_dead = _open_output(args.dead_letter) if args.dead_letter else (None, False)
@@ -223,6 +234,82 @@ def run(args: argparse.Namespace) -> int:
     if sink is not None:
         _deliver(sink, args.delivery_deadline)
     return EXIT_OK
+
+
+def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, sink: Any) -> int:
+    """``--engine spark``: rules run in the Spark stateful operator; queries and metrics, which
+    the Spark operator does not run yet, run in the embedded engine over the same input."""
+    if len(inputs) != 1 or inputs[0].is_stdin:
+        print("vigil run: --engine spark reads one --events file or directory", file=sys.stderr)
+        return EXIT_USAGE
+    out_dir = args.out if args.out not in (None, "-") else os.path.join("out", "matches")
+    os.makedirs(out_dir, exist_ok=True)
+    dead_dir = args.dead_letter or os.path.join(out_dir, "_dead_letters")
+
+    def on_matches(batch_id: int, matches: list[dict[str, Any]]) -> None:
+        _alert(sink, matches)
+
+    started = time.perf_counter()
+    summary = None
+    if engine.rules:
+        from spark_udf.run import run_spark
+
+        print(f"vigil run: Spark ({args.master}) runs {len(engine.rules)} rule(s); its log is "
+              f"{os.path.join(out_dir, '_spark.log')}", file=sys.stderr)
+        summary = run_spark(
+            program.modules, inputs[0].path, out=out_dir, dead_letter=dead_dir,
+            master=args.master, checkpoint=args.checkpoint, on_matches=on_matches,
+            stream=inputs[0].stream,
+            spark=_spark_session(args.master, os.path.join(out_dir, "_spark.log")),
+        )
+        print(
+            f"vigil run: spark: {summary.input_rows:,} event(s) in {summary.batches} "
+            f"micro-batch(es), {summary.matches} match(es), {summary.dead_letters} dead "
+            f"letter(s) ({summary.late} late), {summary.events_per_second:,.0f} events/s",
+            file=sys.stderr,
+        )
+    if engine.standing:
+        for name in list(engine.rules):
+            engine.unregister(name)
+        print("vigil run: queries and metrics run in the embedded engine: "
+              + ", ".join(engine.standing), file=sys.stderr)
+        path = os.path.join(out_dir, "standing.jsonl")
+        with open(path, "w", encoding="utf-8") as out:
+            progress = _Progress(inputs, enabled=False)
+            for chunk in _chunks(_merged_records(inputs, engine, progress), CHUNK_ROWS):
+                _feed_chunk(engine, chunk)
+                _write(out, _alert(sink, engine.drain()))
+                engine.drain_dead_letters()  # the Spark run already wrote the dead letters
+            engine.close()
+            _write(out, _alert(sink, engine.drain()))
+        _summary(engine, time.perf_counter() - started, dead_letter_path=None)
+    if sink is not None:
+        _deliver(sink, args.delivery_deadline)
+    if summary is not None and summary.stopped_by_signal:
+        print("vigil run: stopped; rerun with the same --checkpoint to continue",
+              file=sys.stderr)
+        return 130
+    return EXIT_OK
+
+
+def _spark_session(master: str, log_path: str) -> Any:
+    """A Spark session whose JVM writes its console (log4j warnings, the Python workers'
+    chatter) to ``log_path`` instead of sharing our standard output and error."""
+    from spark_udf import session
+
+    saved = [os.dup(1), os.dup(2)]
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        return session(master)
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, log):
+            os.close(fd)
 
 
 def _alert(sink: Any, matches: list[dict[str, Any]]) -> list[dict[str, Any]]:

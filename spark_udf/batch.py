@@ -1,0 +1,372 @@
+"""What the Spark operator does with one bucket's rows, as pure functions over pandas frames and
+:class:`~spark_udf.bucket_state.BucketState` values, so it is testable without a JVM.
+
+The Spark glue in :mod:`spark_udf.operator` only moves bytes between these functions and Spark's
+state store and timers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cep.events import EventReason, dead_letter
+from cep.eventtime import NO_WATERMARK, iso_ms
+from cep.keyed import KeyedProcessor, ProcessResult
+from spark_udf.bucket_state import BucketState
+from spark_udf.errors import OperatorConfigError
+from spark_udf.records import dead_letter_record, key_text, match_record
+
+__all__ = [
+    "BUCKET_COLUMN",
+    "LATE_COLUMN",
+    "SEQ_COLUMN",
+    "STREAM_COLUMN",
+    "TIME_COLUMN",
+    "BucketRun",
+    "EventLayout",
+    "backtest_frame",
+    "fire_due_keys",
+    "frame_events",
+    "process_bucket",
+    "run_key",
+]
+
+TIME_COLUMN = "_vigil_ms"
+"""Internal column: the event time in epoch milliseconds, computed by Spark from the time field."""
+BUCKET_COLUMN = "_vigil_bucket"
+"""Internal column: ``pmod(xxhash64(key columns), buckets)``."""
+LATE_COLUMN = "_vigil_late"
+"""Internal column (backtests): the event was behind the watermark when it arrived."""
+SEQ_COLUMN = "_seq"
+"""The event's input position: its id when the stream has none, and the tie-breaker."""
+STREAM_COLUMN = "stream"
+
+_MAX_TIMER_ROUNDS = 10_000
+
+
+@dataclass(frozen=True)
+class EventLayout:
+    """How the rows handed to the operator carry events.
+
+    Attributes
+    ----------
+    event_columns:
+        Columns copied into each event dict (declared fields, ``stream``, ``_seq``).
+    json_column:
+        Column holding each event's JSON text, or ``None``; its object is the event and
+        ``event_columns`` are added to it (so undeclared fields reach search queries).
+    int_columns:
+        Columns of integer Spark type: pandas turns them into floats when a value is null, and
+        they must reach the processor as ints again.
+    default_stream:
+        Stream given to events that carry no ``stream`` field (an input bound to one stream).
+    """
+
+    event_columns: tuple[str, ...]
+    json_column: str | None = None
+    int_columns: frozenset[str] = frozenset()
+    default_stream: str | None = None
+
+
+@dataclass
+class BucketRun:
+    """What one call produced: output rows plus counters for the progress report."""
+
+    records: list[dict[str, Any]]
+    events: int = 0
+    late: int = 0
+    keys: int = 0
+
+
+def _column_values(series: pd.Series, as_int: bool) -> list[Any]:
+    if series.dtype.kind == "f":
+        if as_int:
+            return [None if v != v else int(v) for v in series.tolist()]
+        return [None if v != v else v for v in series.tolist()]
+    if series.dtype.kind == "M":
+        raise OperatorConfigError(
+            f"column '{series.name}' reached the operator as a timestamp; detect() converts "
+            "timestamp columns to ISO-8601 text, pass the frame through detect()"
+        )
+    values = series.tolist()
+    if series.dtype == object:
+        return [None if isinstance(v, float) and v != v else v for v in values]
+    return values
+
+
+def frame_events(
+    frame: pd.DataFrame, layout: EventLayout
+) -> tuple[list[dict[str, Any] | None], list[dict[str, Any]]]:
+    """Turn rows into raw event dicts (declared fields + ``stream`` + ``_seq``).
+
+    Returns the events aligned with the rows (``None`` where a row's JSON text could not be
+    used) and the dead letters of those rows.
+    """
+    columns = {
+        name: _column_values(frame[name], name in layout.int_columns)
+        for name in layout.event_columns
+        if name in frame.columns
+    }
+    n = len(frame)
+    events: list[dict[str, Any] | None] = []
+    dead: list[dict[str, Any]] = []
+    names = list(columns)
+    if layout.json_column is None:
+        for i in range(n):
+            event = {name: columns[name][i] for name in names}
+            if layout.default_stream is not None and event.get(STREAM_COLUMN) is None:
+                event[STREAM_COLUMN] = layout.default_stream
+            events.append(event)
+        return events, dead
+    texts = frame[layout.json_column].tolist()
+    seqs = columns.get(SEQ_COLUMN, [None] * n)
+    for i, text in enumerate(texts):
+        try:
+            value = json.loads(text) if isinstance(text, str) else None
+        except ValueError as exc:
+            dead.append(
+                dead_letter(EventReason.INVALID_JSON, f"not valid JSON: {exc}", line=seqs[i],
+                            raw=text)
+            )
+            events.append(None)
+            continue
+        if not isinstance(value, dict):
+            dead.append(
+                dead_letter(EventReason.NOT_AN_OBJECT, "expected a JSON object", line=seqs[i],
+                            raw=text if isinstance(text, str) else None)
+            )
+            events.append(None)
+            continue
+        for name in names:
+            if columns[name][i] is not None or name not in value:
+                value[name] = columns[name][i]
+        if layout.default_stream is not None and value.get(STREAM_COLUMN) is None:
+            value[STREAM_COLUMN] = layout.default_stream
+        events.append(value)
+    return events, dead
+
+
+def _ordered(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    parts = [f for f in frames if len(f)]
+    if not parts:
+        return pd.DataFrame()
+    frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    by = [c for c in (TIME_COLUMN, SEQ_COLUMN) if c in frame.columns]
+    # A stable sort on (time, seq): rows reach the operator in no particular order and the
+    # split into micro-batches moves across restarts, so order must come from the data alone.
+    return frame.sort_values(by, kind="stable", na_position="first").reset_index(drop=True)
+
+
+class _StreamFilter:
+    """Asks the processor once per stream name whether it reads that stream."""
+
+    def __init__(self, processor: KeyedProcessor) -> None:
+        self._wants = getattr(processor, "wants", None)
+        self._known: dict[Any, bool] = {}
+
+    def __call__(self, event: Mapping[str, Any]) -> bool:
+        if self._wants is None:
+            return True
+        stream = event.get(STREAM_COLUMN)
+        known = self._known.get(stream)
+        if known is None:
+            known = self._known[stream] = not isinstance(stream, str) or self._wants(stream)
+        return known
+
+
+def _collect(
+    result: ProcessResult,
+    key: tuple,
+    seq_times: Mapping[Any, int | None],
+    out: list[dict[str, Any]],
+) -> None:
+    for match in result.outputs:
+        out.append(match_record(match))
+    for letter in result.dead_letters:
+        # A processor's dead letter names its event by input position (``line``).
+        out.append(
+            dead_letter_record(letter, key=key, time_ms=seq_times.get(letter.get("line")))
+        )
+
+
+def _seq_times(events: Sequence[Mapping[str, Any]], times: Sequence[int | None]) -> dict:
+    return {event.get(SEQ_COLUMN): t for event, t in zip(events, times, strict=True)}
+
+
+def _group_by_key(
+    processor: KeyedProcessor,
+    events: Sequence[dict[str, Any] | None],
+    times: Sequence[int | None],
+    late: np.ndarray | None,
+    watermark_ms: int | None,
+    run: BucketRun,
+) -> dict[tuple, tuple[list[dict[str, Any]], list[int | None]]]:
+    groups: dict[tuple, tuple[list[dict[str, Any]], list[int | None]]] = {}
+    wanted = _StreamFilter(processor)
+    key_of = processor.key_of
+    for i, event in enumerate(events):
+        if event is None or not wanted(event):
+            continue
+        key = key_of(event)
+        if key is None:
+            run.records.append(
+                dead_letter_record(
+                    dead_letter(EventReason.MISSING_KEY, "the event's key fields are missing or "
+                                "null", line=event.get(SEQ_COLUMN), event=event,
+                                stream=event.get(STREAM_COLUMN)),
+                    time_ms=times[i],
+                )
+            )
+            continue
+        if late is not None and late[i]:
+            run.late += 1
+            run.records.append(
+                dead_letter_record(
+                    dead_letter(
+                        EventReason.LATE,
+                        f"event time {iso_ms(times[i])} is behind the watermark "
+                        f"{iso_ms(watermark_ms) if watermark_ms is not None else '(input order)'}",
+                        line=event.get(SEQ_COLUMN),
+                        stream=event.get(STREAM_COLUMN),
+                        event=event,
+                    ),
+                    key=key,
+                    time_ms=times[i],
+                )
+            )
+            continue
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = ([], [])
+        group[0].append(event)
+        group[1].append(times[i])
+    return groups
+
+
+def _times_of(frame: pd.DataFrame) -> list[int | None]:
+    if TIME_COLUMN not in frame.columns:
+        return [None] * len(frame)
+    return [None if v != v else int(v) for v in frame[TIME_COLUMN].tolist()]
+
+
+def process_bucket(
+    processor: KeyedProcessor,
+    bucket: BucketState,
+    frames: Iterable[pd.DataFrame],
+    layout: EventLayout,
+    watermark_ms: int,
+) -> BucketRun:
+    """Feed one bucket's new rows to the processor, key by key, and update ``bucket`` in place.
+
+    Rows whose event time is behind ``watermark_ms`` are late: they become ``late`` dead
+    letters here, because Spark would otherwise drop them silently before a stateful operator.
+    """
+    frame = _ordered(frames)
+    run = BucketRun(records=[])
+    if frame.empty:
+        return run
+    events, bad = frame_events(frame, layout)
+    run.records.extend(dead_letter_record(letter) for letter in bad)
+    times = _times_of(frame)
+    run.events = len(frame)
+    late = np.array([t is not None and t < watermark_ms for t in times], dtype=bool)
+    groups = _group_by_key(processor, events, times, late, watermark_ms, run)
+    run.keys = len(groups)
+    for key, (key_events, key_times) in groups.items():
+        text = key_text(key)
+        slot = bucket.keys.get(text)
+        result = processor.process(
+            key, slot.state if slot else None, key_events, watermark_ms
+        )
+        _collect(result, key, _seq_times(key_events, key_times), run.records)
+        bucket.set(text, result.state, min(result.next_timer_ms, default=None))
+    return run
+
+
+def fire_due_keys(
+    processor: KeyedProcessor, bucket: BucketState, watermark_ms: int
+) -> list[dict[str, Any]]:
+    """Wake every key of the bucket whose due time the watermark has reached (``on_timer``)."""
+    records: list[dict[str, Any]] = []
+    due = [
+        (text, slot) for text, slot in bucket.keys.items()
+        if slot.due_ms is not None and slot.due_ms <= watermark_ms
+    ]
+    for text, slot in due:
+        key = tuple(json.loads(text))
+        result = processor.on_timer(key, slot.state, slot.due_ms, watermark_ms)
+        _collect(result, key, {}, records)
+        bucket.set(text, result.state, min(result.next_timer_ms, default=None))
+    return records
+
+
+def run_key(
+    processor: KeyedProcessor,
+    key: tuple,
+    events: Sequence[Mapping[str, Any]],
+    final_watermark_ms: int,
+    *,
+    arrival_watermark_ms: int = NO_WATERMARK,
+    state: bytes | None = None,
+) -> tuple[list[ProcessResult], bytes | None]:
+    """Run one key's events in one call, advance it to ``final_watermark_ms``, then fire its
+    timers until none is due.
+
+    ``arrival_watermark_ms`` is the watermark when the events arrived (events behind it are
+    late); the default, no watermark, suits a complete, late-filtered input. This is the
+    reference the streaming operator must agree with, and the backtest path.
+    """
+    results = [processor.process(key, state, events, arrival_watermark_ms)]
+    if final_watermark_ms > arrival_watermark_ms:
+        results.append(processor.process(key, results[-1].state, (), final_watermark_ms))
+    rounds = 0
+    while True:
+        last = results[-1]
+        due = [t for t in last.next_timer_ms if t <= final_watermark_ms]
+        if not due:
+            return results, last.state
+        rounds += 1
+        if rounds > _MAX_TIMER_ROUNDS:
+            raise OperatorConfigError(
+                f"the processor kept asking for timers at or before the watermark for key "
+                f"{key!r} ({_MAX_TIMER_ROUNDS} rounds): its on_timer does not make progress"
+            )
+        results.append(processor.on_timer(key, last.state, min(due), final_watermark_ms))
+
+
+def backtest_frame(
+    processor: KeyedProcessor,
+    frame: pd.DataFrame,
+    layout: EventLayout,
+    final_watermark_ms: int,
+) -> BucketRun:
+    """Run a static frame's rows (one group of keys, complete) to ``final_watermark_ms``.
+
+    Rows flagged in :data:`LATE_COLUMN` (behind the watermark in input order) become ``late``
+    dead letters, as the embedded engine would report them.
+    """
+    frame = _ordered([frame])
+    run = BucketRun(records=[])
+    if frame.empty:
+        return run
+    events, bad = frame_events(frame, layout)
+    run.records.extend(dead_letter_record(letter) for letter in bad)
+    times = _times_of(frame)
+    run.events = len(frame)
+    late = None
+    if LATE_COLUMN in frame.columns:
+        late = frame[LATE_COLUMN].fillna(False).to_numpy(dtype=bool)
+    groups = _group_by_key(processor, events, times, late, None, run)
+    run.keys = len(groups)
+    for key, (key_events, key_times) in groups.items():
+        results, _ = run_key(processor, key, key_events, final_watermark_ms)
+        seq_times = _seq_times(key_events, key_times)
+        for result in results:
+            _collect(result, key, seq_times, run.records)
+    return run

@@ -1,0 +1,37 @@
+"""Errors of the Spark integration: one root, :class:`SparkOperatorError`, and subclasses that
+also inherit the matching builtin so callers may catch either."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BucketStateError",
+    "OperatorConfigError",
+    "RespError",
+    "SinkError",
+    "SourceError",
+    "SparkOperatorError",
+]
+
+
+class SparkOperatorError(Exception):
+    """Root of every error raised by ``spark_udf``."""
+
+
+class OperatorConfigError(SparkOperatorError, ValueError):
+    """``detect``/``run_spark`` was called with arguments that cannot work (names what and why)."""
+
+
+class BucketStateError(SparkOperatorError, ValueError):
+    """Stored bucket state bytes are truncated, corrupted or of an unknown format version."""
+
+
+class SourceError(SparkOperatorError, OSError):
+    """A streaming source cannot be read (missing file, unreachable server)."""
+
+
+class RespError(SparkOperatorError, ConnectionError):
+    """The Redis server answered with an error or spoke something that is not RESP."""
+
+
+class SinkError(SparkOperatorError, OSError):
+    """An output directory cannot be written or read back."""

@@ -1,0 +1,186 @@
+"""The one output shape of the Spark operator: every rule match, query hit, metric row and dead
+letter becomes a row ``(kind, name, match_id, key, payload, start, end)``.
+
+``payload`` holds the whole JSON object the embedded engine would have printed, so a consumer that
+needs more than the common columns parses it; the columns exist so Spark can filter, join and
+deduplicate without parsing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+
+__all__ = [
+    "DEAD_LETTER",
+    "OUTPUT_COLUMNS",
+    "canonical_json",
+    "dead_letter_record",
+    "key_text",
+    "match_record",
+    "parse_iso_ms",
+    "records_frame",
+]
+
+DEAD_LETTER = "dead_letter"
+"""The ``kind`` of output rows that carry a dead letter (``name`` is its reason)."""
+
+OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("kind", "string"),
+    ("name", "string"),
+    ("match_id", "string"),
+    ("key", "string"),
+    ("payload", "string"),
+    ("start", "timestamp"),
+    ("end", "timestamp"),
+)
+"""Column names and Spark SQL types of every output row, in order."""
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no insignificant whitespace: equal values give equal text.
+
+    Examples
+    --------
+    >>> canonical_json({"b": 1, "a": [1.5, None]})
+    '{"a":[1.5,null],"b":1}'
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def key_text(key: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
+    """The partition key as canonical JSON (an array for a key tuple, an object for a named key).
+
+    Examples
+    --------
+    >>> key_text(("c1", 7))
+    '["c1",7]'
+    >>> key_text({"card_id": "c1"})
+    '{"card_id":"c1"}'
+    """
+    if key is None:
+        return None
+    if isinstance(key, Mapping):
+        return canonical_json(dict(key))
+    return canonical_json(list(key))
+
+
+def parse_iso_ms(value: Any) -> int | None:
+    """Epoch milliseconds of an ISO-8601 string, or an int/float already in ms; else ``None``.
+
+    Examples
+    --------
+    >>> parse_iso_ms("2023-11-14T22:13:20.123Z")
+    1700000000123
+    >>> parse_iso_ms(5), parse_iso_ms(None), parse_iso_ms("soon")
+    (5, None, None)
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        if moment.tzinfo is None:
+            return None
+        return int(round(moment.timestamp() * 1000))
+    return None
+
+
+def _first_time(match: Mapping[str, Any], names: Iterable[str]) -> int | None:
+    for name in names:
+        if name in match:
+            ms = parse_iso_ms(match[name])
+            if ms is not None:
+                return ms
+    return None
+
+
+def match_record(match: Mapping[str, Any]) -> dict[str, Any]:
+    """The output row of one match object (``Match.to_json()``, a query hit or a metric row).
+
+    ``kind`` defaults to ``rule``; ``name`` falls back to ``rule``/``query``/``metric``;
+    ``start``/``end`` are read from ``start``/``end`` (ISO-8601) or ``start_ms``/``end_ms``.
+    A match without a ``match_id`` gets one: sha256 of its canonical JSON, so it is still
+    deterministic.
+
+    Examples
+    --------
+    >>> r = match_record({"kind": "rule", "name": "r", "match_id": "m1", "key": {"k": "a"},
+    ...                   "start": "1970-01-01T00:00:01.000Z", "end": "1970-01-01T00:00:02.000Z"})
+    >>> r["kind"], r["name"], r["match_id"], r["key"], r["start_ms"], r["end_ms"]
+    ('rule', 'r', 'm1', '{"k":"a"}', 1000, 2000)
+    """
+    payload = canonical_json(dict(match))
+    kind = str(match.get("kind") or "rule")
+    name = match.get("name")
+    if name is None:
+        name = match.get(kind, match.get("rule"))
+    match_id = match.get("match_id")
+    if not match_id:
+        match_id = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+    key = match.get("key")
+    return {
+        "kind": kind,
+        "name": None if name is None else str(name),
+        "match_id": str(match_id),
+        "key": key_text(key) if isinstance(key, Mapping | list | tuple) else key,
+        "payload": payload,
+        "start_ms": _first_time(match, ("start", "start_ms", "window_start")),
+        "end_ms": _first_time(match, ("end", "end_ms", "window_end")),
+    }
+
+
+def dead_letter_record(
+    letter: Mapping[str, Any], *, key: Sequence[Any] | None = None, time_ms: int | None = None
+) -> dict[str, Any]:
+    """The output row of one dead letter: ``kind`` ``dead_letter``, ``name`` its reason.
+
+    The ``match_id`` is sha256 of the letter's canonical JSON, so a replayed micro-batch
+    produces the same id and an idempotent sink overwrites instead of duplicating.
+
+    Examples
+    --------
+    >>> r = dead_letter_record({"reason": "late", "detail": "behind"}, key=("c1",), time_ms=5)
+    >>> r["kind"], r["name"], r["key"], r["start_ms"]
+    ('dead_letter', 'late', '["c1"]', 5)
+    """
+    payload = canonical_json(dict(letter))
+    return {
+        "kind": DEAD_LETTER,
+        "name": str(letter.get("reason", "unknown")),
+        "match_id": hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32],
+        "key": key_text(key),
+        "payload": payload,
+        "start_ms": time_ms,
+        "end_ms": time_ms,
+    }
+
+
+def records_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Output rows as a pandas frame with the column order and dtypes of the Spark schema."""
+    frame = pd.DataFrame(
+        {
+            "kind": pd.Series([r["kind"] for r in records], dtype=object),
+            "name": pd.Series([r["name"] for r in records], dtype=object),
+            "match_id": pd.Series([r["match_id"] for r in records], dtype=object),
+            "key": pd.Series([r["key"] for r in records], dtype=object),
+            "payload": pd.Series([r["payload"] for r in records], dtype=object),
+            "start": _times([r["start_ms"] for r in records]),
+            "end": _times([r["end_ms"] for r in records]),
+        }
+    )
+    return frame
+
+
+def _times(values: list[int | None]) -> pd.Series:
+    stamps = pd.to_datetime(pd.Series(values, dtype="Int64"), unit="ms", utc=True)
+    return stamps.astype("datetime64[ns, UTC]")

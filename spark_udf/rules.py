@@ -1,0 +1,133 @@
+"""From a Vigil program to Spark operators: the program's rules grouped by key definition, one
+:class:`cep.processor.RuleProcessor` each, with the columns Spark needs (key, time, lateness)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from cep.engine import Engine
+from cep.events import StreamSchema
+from cep.processor import RuleProcessor, key_signature
+from query_lang import ast
+from spark_udf.errors import OperatorConfigError
+from spark_udf.operator import detect
+
+__all__ = ["ProcessorSpec", "detect_specs", "processor_specs"]
+
+ProgramSource = str | os.PathLike | ast.Module | Sequence[ast.Module]
+
+
+@dataclass(frozen=True)
+class ProcessorSpec:
+    """A keyed processor and how Spark finds its events' key and time: for a program, the
+    rules sharing one key definition; any :class:`cep.keyed.KeyedProcessor` fits.
+
+    Attributes
+    ----------
+    processor:
+        The processor (a :class:`~cep.processor.RuleProcessor` for rules), pickled to the
+        executors.
+    rules:
+        Names of the rules (or other standing queries) it runs, for reports.
+    key_cols:
+        Stream -> its key fields, in key order.
+    time_cols:
+        Stream -> its event-time field.
+    time_units:
+        Stream -> ``"s"`` or ``"ms"``: the unit of epoch numbers in its time field.
+    lateness_ms:
+        The largest lateness over the streams (Spark keeps one watermark per query).
+    default_stream:
+        Stream of events that name none (the program declares exactly one stream).
+    """
+
+    processor: Any
+    rules: tuple[str, ...]
+    key_cols: Mapping[str, tuple[str, ...]]
+    time_cols: Mapping[str, str]
+    time_units: Mapping[str, str]
+    lateness_ms: int
+    default_stream: str | None = None
+
+
+def processor_specs(
+    program: ProgramSource, *, lateness_ms: int | None = None
+) -> tuple[list[ProcessorSpec], list[str]]:
+    """Compile a program (rule file path, DSL text or parsed modules) into processor specs.
+
+    Returns the specs and the names of declarations the Spark operator does not run (queries
+    and metrics), so callers can say so.
+
+    Raises
+    ------
+    query_lang.errors.VigilError
+        When the program does not parse or check.
+    OperatorConfigError
+        When the program has no rule.
+    """
+    engine = Engine(lateness_ms=lateness_ms)
+    engine.register(program)
+    names = list(engine.rules)
+    if not names:
+        raise OperatorConfigError("the program declares no rule for the Spark operator to run")
+    schemas = {name: StreamSchema.from_decl(d, lateness_ms=lateness_ms)
+               for name, d in engine.streams.items()}
+    by_signature: dict[tuple, list[Any]] = {}
+    for name in names:
+        rule = engine.rule(name)
+        by_signature.setdefault(key_signature(rule), []).append(rule)
+    specs = []
+    for rules in by_signature.values():
+        processor = RuleProcessor(rules, engine.streams, lateness_ms=lateness_ms)
+        streams = sorted(processor.key_fields)
+        time_cols = {}
+        for stream in streams:
+            field = schemas[stream].time_field
+            if field is None:
+                raise OperatorConfigError(f"stream '{stream}' declares no event-time field")
+            time_cols[stream] = field
+        specs.append(
+            ProcessorSpec(
+                processor=processor,
+                rules=tuple(r.name for r in rules),
+                key_cols={s: tuple(processor.key_fields[s]) for s in streams},
+                time_cols=time_cols,
+                time_units={s: "ms" if schemas[s].epoch_unit_ms == 1 else "s" for s in streams},
+                lateness_ms=max(schemas[s].lateness_ms for s in streams),
+                default_stream=next(iter(schemas)) if len(schemas) == 1 else None,
+            )
+        )
+    # Queries and metrics run in the embedded engine only (they are not keyed processors yet).
+    return specs, sorted(engine.standing)
+
+
+def detect_specs(
+    df: DataFrame,
+    specs: Sequence[ProcessorSpec],
+    *,
+    json_col: str | None = "_event",
+    stream: str | None = None,
+    buckets: int = 64,
+    layout: str = "bucketed",
+) -> DataFrame:
+    """:func:`spark_udf.detect` for every spec over the same events; outputs unioned."""
+    if not specs:
+        raise OperatorConfigError("no processor to run")
+    outputs = [
+        detect(
+            df, spec.processor, key_cols=spec.key_cols, time_col=spec.time_cols,
+            time_unit=spec.time_units, lateness=spec.lateness_ms, json_col=json_col,
+            stream=stream if stream is not None else spec.default_stream, buckets=buckets,
+            layout=layout,
+        )
+        for spec in specs
+    ]
+    result = outputs[0]
+    for other in outputs[1:]:
+        result = result.unionByName(other)
+    return result

@@ -1,0 +1,272 @@
+"""``run_spark``: run a Vigil program over a JSON-lines input as a Spark Structured Streaming
+query, writing matches and dead letters idempotently; the engine behind ``vigil run --engine
+spark``. Ctrl-C stops the query cleanly and a rerun with the same checkpoint continues."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from spark_udf.errors import OperatorConfigError, SparkOperatorError
+from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs
+from spark_udf.session import session
+from spark_udf.sinks import BatchSink, MatchHook
+from spark_udf.sources import EVENT_COLUMN, read_jsonl
+
+__all__ = ["RunSummary", "main", "run_spark"]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a :func:`run_spark` call did.
+
+    Attributes
+    ----------
+    batches:
+        Micro-batches written by this run (a rerun after a crash counts its own only).
+    input_rows:
+        Input rows read by this run.
+    matches, dead_letters, late:
+        Rows written by this run (``late`` is included in ``dead_letters``).
+    duration_s:
+        Wall time of the query.
+    stopped_by_signal:
+        True when SIGINT/SIGTERM stopped the query before the input was exhausted.
+    last_batch_id:
+        Id of the last micro-batch written (``None`` if none).
+    checkpoint:
+        The checkpoint directory (reuse it to continue).
+    skipped:
+        Declarations of the program that the Spark engine does not run (queries, metrics).
+    """
+
+    batches: int
+    input_rows: int
+    matches: int
+    dead_letters: int
+    late: int
+    duration_s: float
+    stopped_by_signal: bool
+    last_batch_id: int | None
+    checkpoint: str
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def events_per_second(self) -> float:
+        """Input rows per second of wall time."""
+        return self.input_rows / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def _specs(program: Any, lateness_ms: int | None) -> tuple[list[ProcessorSpec], list[str]]:
+    if isinstance(program, ProcessorSpec):
+        return [program], []
+    if isinstance(program, Sequence) and program and all(
+        isinstance(p, ProcessorSpec) for p in program
+    ):
+        return list(program), []
+    return processor_specs(program, lateness_ms=lateness_ms)
+
+
+class _StopSignal:
+    """SIGINT/SIGTERM set a flag the polling loop reads, instead of raising inside py4j."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.event.set()
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run_spark(
+    program: Any,
+    events_path: str,
+    *,
+    out: str,
+    dead_letter: str | None = None,
+    master: str = "local[*]",
+    checkpoint: str | None = None,
+    available_now: bool = True,
+    trigger_interval: str = "1 second",
+    max_records_per_batch: int = 100_000,
+    buckets: int = 64,
+    fmt: str = "jsonl",
+    on_matches: MatchHook | None = None,
+    stream: str | None = None,
+    lateness_ms: int | None = None,
+    spark: Any = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> RunSummary:
+    """Run a program's rules over a JSON-lines file or directory with Spark.
+
+    Parameters
+    ----------
+    program:
+        Rule file path, DSL text, parsed module(s), or :class:`ProcessorSpec`\\ (s).
+    events_path:
+        A JSON-lines file or a directory of them (read in name order); ``_seq`` of an event
+        is its line number across the input, as in the embedded engine.
+    out, dead_letter:
+        Directories for match files and dead-letter files (one file per micro-batch,
+        idempotent by batch id).
+    checkpoint:
+        Spark checkpoint directory (default ``<out>/_checkpoint``); rerunning with the same one
+        continues after the last committed micro-batch.
+    available_now:
+        Process what is there now, in micro-batches of ``max_records_per_batch``, then stop
+        (finite input). ``False`` keeps polling every ``trigger_interval`` until SIGINT/SIGTERM.
+    buckets:
+        Hash buckets of the operator (fixed for the life of a checkpoint).
+    fmt:
+        ``jsonl`` (match objects, like the embedded engine) or ``parquet``.
+    on_matches:
+        ``on_matches(batch_id, matches)`` after each batch's files are written (alert hook).
+    stream:
+        Stream of events without a ``stream`` field (default: the program's only stream).
+    lateness_ms:
+        Overrides every stream's lateness.
+    spark:
+        An existing SparkSession (default: :func:`spark_udf.session` with ``master``).
+    on_progress:
+        Called with each micro-batch's Spark progress report (a dict).
+
+    Returns
+    -------
+    RunSummary
+    """
+    if not os.path.exists(events_path):
+        raise OperatorConfigError(f"events path {events_path!r} does not exist")
+    specs, skipped = _specs(program, lateness_ms)
+    checkpoint = checkpoint or os.path.join(out, "_checkpoint")
+    spark = spark if spark is not None else session(master)
+    events = read_jsonl(spark, events_path, max_records_per_batch=max_records_per_batch)
+    outputs = detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream, buckets=buckets)
+    sink = BatchSink(out, dead_letter, fmt=fmt, on_matches=on_matches)
+    writer = outputs.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    writer = (
+        writer.trigger(availableNow=True)
+        if available_now
+        else writer.trigger(processingTime=trigger_interval)
+    )
+    started = time.monotonic()
+    seen: set[int] = set()
+    input_rows = 0
+    stopped = False
+    with _StopSignal() as stop:
+        query = writer.start()
+        try:
+            while query.isActive:
+                if stop.event.is_set():
+                    stopped = True
+                    query.stop()
+                    break
+                query.awaitTermination(0.25)
+                input_rows += _new_progress(query, seen, on_progress)
+        finally:
+            if query.isActive:
+                query.stop()
+    input_rows += _new_progress(query, seen, on_progress)
+    error = query.exception()
+    if error is not None and not stopped:
+        raise SparkOperatorError(f"the streaming query failed: {error}")
+    counters = sink.counters
+    return RunSummary(
+        batches=counters.batches,
+        input_rows=input_rows,
+        matches=counters.matches,
+        dead_letters=counters.dead_letters,
+        late=counters.late,
+        duration_s=time.monotonic() - started,
+        stopped_by_signal=stopped,
+        last_batch_id=counters.last_batch_id,
+        checkpoint=checkpoint,
+        skipped=tuple(skipped),
+    )
+
+
+def _new_progress(
+    query: Any, seen: set[int], on_progress: Callable[[dict[str, Any]], None] | None
+) -> int:
+    rows = 0
+    for progress in query.recentProgress:
+        batch = progress["batchId"]
+        if batch in seen:
+            continue
+        seen.add(batch)
+        rows += int(progress["numInputRows"])
+        if on_progress is not None:
+            on_progress(dict(progress))
+    return rows
+
+
+def _load_spec(target: str) -> ProcessorSpec:
+    module_name, _, attr = target.partition(":")
+    if not attr:
+        raise OperatorConfigError(f"--processor takes module:callable, got {target!r}")
+    module = importlib.import_module(module_name)
+    from pyspark import cloudpickle
+
+    # The module may live outside the installed packages (a test, a notebook): ship it by value.
+    cloudpickle.register_pickle_by_value(module)
+    spec = getattr(module, attr)()
+    if not isinstance(spec, ProcessorSpec):
+        raise OperatorConfigError(f"{target} returned {type(spec).__name__}, not ProcessorSpec")
+    return spec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m spark_udf.run``: run a program (or a processor spec) and print the summary."""
+    parser = argparse.ArgumentParser(prog="python -m spark_udf.run", description=__doc__)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--program", nargs="+", help="rule files")
+    source.add_argument("--processor", help="module:callable returning a ProcessorSpec")
+    parser.add_argument("--events", required=True, help="JSON-lines file or directory")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--dead-letter")
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--max-records-per-batch", type=int, default=100_000)
+    parser.add_argument("--buckets", type=int, default=64)
+    parser.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
+    parser.add_argument("--follow", action="store_true",
+                        help="keep polling for new input until Ctrl-C")
+    args = parser.parse_args(argv)
+    if args.processor:
+        program: Any = _load_spec(args.processor)
+    elif len(args.program) == 1:
+        program = args.program[0]
+    else:
+        from query_lang import load_program
+
+        program = load_program(args.program).modules
+    summary = run_spark(
+        program, args.events, out=args.out, dead_letter=args.dead_letter, master=args.master,
+        checkpoint=args.checkpoint, available_now=not args.follow,
+        max_records_per_batch=args.max_records_per_batch, buckets=args.buckets, fmt=args.format,
+    )
+    print(json.dumps({**asdict(summary), "events_per_second": summary.events_per_second}),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Idempotent output of a streaming query: each micro-batch's matches and dead letters go to
+files named by batch id, written atomically, so a batch Spark replays after a crash overwrites
+its own files instead of adding duplicates; an ``on_matches`` hook delivers alerts."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark_udf.errors import OperatorConfigError, SinkError
+from spark_udf.records import DEAD_LETTER
+
+__all__ = ["FORMATS", "BatchSink", "SinkCounters", "read_outputs"]
+
+FORMATS = ("jsonl", "parquet")
+"""Output file formats: ``jsonl`` writes each match object (the embedded engine's output
+shape) on a line; ``parquet`` writes the operator's columns."""
+
+MatchHook = Callable[[int, list[dict[str, Any]]], None]
+
+
+@dataclass
+class SinkCounters:
+    """Running totals over the batches a sink wrote (in this process)."""
+
+    batches: int = 0
+    matches: int = 0
+    dead_letters: int = 0
+    late: int = 0
+    last_batch_id: int | None = None
+
+
+def _part_name(batch_id: int, fmt: str) -> str:
+    return f"part-{batch_id:012d}.{fmt}"
+
+
+def _write_atomic(directory: str, name: str, write: Callable[[str], None]) -> None:
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _write_rows(directory: str, batch_id: int, rows: pd.DataFrame, fmt: str) -> None:
+    name = _part_name(batch_id, fmt)
+    path = os.path.join(directory, name)
+    if rows.empty:
+        # A replay that produces nothing must not leave an earlier attempt's file behind.
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    if fmt == "jsonl":
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                for payload in rows["payload"]:
+                    handle.write(payload)
+                    handle.write("\n")
+
+    else:
+
+        def write(tmp: str) -> None:
+            table = pa.Table.from_pandas(rows.reset_index(drop=True), preserve_index=False)
+            pq.write_table(table, tmp)
+
+    try:
+        _write_atomic(directory, name, write)
+    except OSError as exc:
+        raise SinkError(f"cannot write batch {batch_id} to {directory}: {exc}") from exc
+
+
+@dataclass
+class BatchSink:
+    """A ``foreachBatch`` function writing one file per micro-batch (idempotent by batch id).
+
+    Parameters
+    ----------
+    out:
+        Directory of match files.
+    dead_letter:
+        Directory of dead-letter files (``None``: dead letters are counted, not written).
+    fmt:
+        ``jsonl`` or ``parquet``.
+    on_matches:
+        Called as ``on_matches(batch_id, matches)`` after the batch's files are written, with
+        the match objects (parsed payloads). A replayed batch calls it again with the same
+        matches: deliver idempotently by ``match_id``.
+    """
+
+    out: str
+    dead_letter: str | None = None
+    fmt: str = "jsonl"
+    on_matches: MatchHook | None = None
+    counters: SinkCounters = field(default_factory=SinkCounters)
+
+    def __post_init__(self) -> None:
+        if self.fmt not in FORMATS:
+            raise OperatorConfigError(f"sink format must be one of {FORMATS}, got {self.fmt!r}")
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        """Write one micro-batch (``batch`` is the batch's static DataFrame)."""
+        frame = batch.toPandas()
+        self.write_batch(frame, batch_id)
+
+    def write_batch(self, frame: pd.DataFrame, batch_id: int) -> None:
+        """Write an already collected batch of output rows."""
+        frame = frame.sort_values(["kind", "name", "match_id"], kind="stable")
+        is_dead = frame["kind"] == DEAD_LETTER
+        matches = frame[~is_dead]
+        dead = frame[is_dead]
+        _write_rows(self.out, batch_id, matches, self.fmt)
+        if self.dead_letter is not None:
+            _write_rows(self.dead_letter, batch_id, dead, self.fmt)
+        counters = self.counters
+        counters.batches += 1
+        counters.matches += len(matches)
+        counters.dead_letters += len(dead)
+        counters.late += int((dead["name"] == "late").sum())
+        counters.last_batch_id = batch_id
+        if self.on_matches is not None and len(matches):
+            self.on_matches(batch_id, [json.loads(p) for p in matches["payload"]])
+
+
+def _part_files(directory: str) -> Iterator[str]:
+    if not os.path.isdir(directory):
+        return
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("part-") and not name.endswith(".tmp"):
+            yield os.path.join(directory, name)
+
+
+def read_outputs(directory: str) -> list[dict[str, Any]]:
+    """Every object a :class:`BatchSink` wrote to ``directory``, in batch order.
+
+    ``jsonl`` files give the match objects; ``parquet`` files give the operator's rows.
+    """
+    rows: list[dict[str, Any]] = []
+    for path in _part_files(directory):
+        if path.endswith(".jsonl"):
+            with open(path, encoding="utf-8") as handle:
+                rows.extend(json.loads(line) for line in handle if line.strip())
+        elif path.endswith(".parquet"):
+            rows.extend(pq.read_table(path).to_pylist())
+    return rows

@@ -1,0 +1,479 @@
+"""Streaming inputs that need no Maven package: pure-Python sources (Spark's Python Data Source
+API) for JSON-lines files and Redis Streams, plus helpers for Spark's own file, socket and rate
+sources.
+
+The Python sources produce two columns, ``_seq`` (the event's position in its input: line number
+or stream entry number, from 0) and ``_event`` (the event's JSON text), which is what
+:func:`spark_udf.detect` reads with ``json_col="_event"``. Offsets are positions, so a restarted
+query re-reads exactly the uncommitted range.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark_udf.errors import OperatorConfigError, SourceError
+from spark_udf.resp import RedisConnection
+
+__all__ = [
+    "EVENT_COLUMN",
+    "SOURCE_SCHEMA",
+    "JsonLinesSource",
+    "RedisStreamSource",
+    "read_files",
+    "read_jsonl",
+    "read_rate_demo",
+    "read_redis",
+    "read_socket",
+    "register_sources",
+]
+
+EVENT_COLUMN = "_event"
+SOURCE_SCHEMA = "_seq bigint, _event string"
+_ARROW_SCHEMA = pa.schema([("_seq", pa.int64()), ("_event", pa.string())])
+_INDEX_EVERY = 4096
+_LINES_PER_PARTITION = 200_000
+_DEFAULT_MAX_RECORDS = 100_000
+
+
+def _positive_int(options: dict[str, str], name: str, default: int) -> int:
+    # Spark hands options over case-insensitively, with lower-cased keys.
+    raw = options.get(name, options.get(name.lower(), default))
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise OperatorConfigError(f"option {name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _batch(seqs: list[int], texts: list[str]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array(seqs, pa.int64()), pa.array(texts, pa.string())], schema=_ARROW_SCHEMA
+    )
+
+
+# ---------------------------------------------------------------- JSON lines
+
+
+@dataclass(frozen=True)
+class LineSlice(InputPartition):
+    """Lines ``[first_line, first_line + count)`` of one file; ``byte_offset`` is where line
+    ``first_line - skip`` starts, ``first_seq`` the global position of ``first_line``."""
+
+    path: str
+    byte_offset: int
+    skip: int
+    count: int
+    first_seq: int
+
+
+@dataclass
+class _FileLines:
+    scanned: int = 0  # bytes up to the end of the last complete line
+    lines: int = 0
+    checkpoints: list[int] | None = None  # byte offset of line i * _INDEX_EVERY
+
+
+class JsonLinesIndex:
+    """Counts the complete lines of a file or a directory of files (name order) and remembers
+    where every few thousandth line starts, so a range of positions maps to file slices.
+
+    A line counts once its newline is written, so a file being appended to is read safely.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._files: dict[str, _FileLines] = {}
+
+    def files(self) -> list[str]:
+        """The input files in reading order."""
+        if os.path.isfile(self.path):
+            return [self.path]
+        if not os.path.isdir(self.path):
+            raise SourceError(f"events path {self.path!r} is neither a file nor a directory")
+        names = sorted(
+            n for n in os.listdir(self.path)
+            if not n.startswith((".", "_")) and not n.endswith((".tmp", ".crc"))
+        )
+        return [p for n in names if os.path.isfile(p := os.path.join(self.path, n))]
+
+    def refresh(self) -> int:
+        """Scan new bytes; return the total number of complete lines."""
+        total = 0
+        for path in self.files():
+            info = self._files.setdefault(path, _FileLines(checkpoints=[0]))
+            size = os.path.getsize(path)
+            if size > info.scanned:
+                self._scan(path, info)
+            total += info.lines
+        return total
+
+    @staticmethod
+    def _scan(path: str, info: _FileLines) -> None:
+        assert info.checkpoints is not None
+        with open(path, "rb") as handle:
+            handle.seek(info.scanned)
+            offset = info.scanned
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break
+                offset += len(line)
+                info.lines += 1
+                if info.lines % _INDEX_EVERY == 0:
+                    info.checkpoints.append(offset)
+            info.scanned = offset
+
+    def slices(self, start: int, end: int, per_partition: int) -> list[LineSlice]:
+        """File slices covering global positions ``[start, end)``."""
+        out: list[LineSlice] = []
+        base = 0
+        for path in self.files():
+            info = self._files.get(path)
+            if info is None:
+                break
+            lo, hi = max(start, base), min(end, base + info.lines)
+            while lo < hi:
+                n = min(hi - lo, per_partition)
+                line = lo - base
+                block = line // _INDEX_EVERY
+                assert info.checkpoints is not None
+                out.append(
+                    LineSlice(path, info.checkpoints[block], line - block * _INDEX_EVERY, n, lo)
+                )
+                lo += n
+            base += info.lines
+            if base >= end:
+                break
+        return out
+
+
+def read_slice(part: LineSlice) -> Iterator[pa.RecordBatch]:
+    """The non-blank lines of a slice as ``(_seq, _event)`` Arrow batches."""
+    seqs: list[int] = []
+    texts: list[str] = []
+    with open(part.path, "rb") as handle:
+        handle.seek(part.byte_offset)
+        for _ in range(part.skip):
+            handle.readline()
+        for i in range(part.count):
+            raw = handle.readline()
+            text = raw.decode("utf-8", errors="replace").strip()
+            if text:
+                seqs.append(part.first_seq + i)
+                texts.append(text)
+            if len(seqs) >= 65536:
+                yield _batch(seqs, texts)
+                seqs, texts = [], []
+    if seqs:
+        yield _batch(seqs, texts)
+
+
+class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.index = JsonLinesIndex(options["path"])
+        self.max_records = _positive_int(options, "maxRecordsPerBatch", _DEFAULT_MAX_RECORDS)
+        self.per_partition = _positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
+        self.target: int | None = None
+
+    def initialOffset(self) -> dict:
+        return {"line": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_records)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self.index.refresh()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        available = self.index.refresh()
+        if self.target is not None:
+            available = min(available, self.target)
+        first = int(start["line"])
+        if isinstance(limit, ReadMaxRows):
+            available = min(available, first + limit.max_rows)
+        elif not isinstance(limit, ReadAllAvailable):
+            available = min(available, first + self.max_records)
+        return {"line": max(first, available)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self.index.refresh()
+        return self.index.slices(int(start["line"]), int(end["line"]), self.per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LineSlice)
+        yield from read_slice(partition)
+
+
+class _JsonLinesBatchReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.index = JsonLinesIndex(options["path"])
+        self.per_partition = _positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        total = self.index.refresh()
+        return self.index.slices(0, total, self.per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LineSlice)
+        yield from read_slice(partition)
+
+
+class JsonLinesSource(DataSource):
+    """``spark.readStream.format("vigil_jsonl").option("path", ...)``: a JSON-lines file, or a
+    directory of them read in name order, as ``(_seq, _event)`` rows.
+
+    Options: ``path`` (required), ``maxRecordsPerBatch`` (lines per micro-batch, default
+    100000), ``linesPerPartition`` (lines per Spark task, default 200000). Works as a batch
+    source too (``spark.read``), with the same ``_seq``.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "vigil_jsonl"
+
+    def schema(self) -> str:
+        return SOURCE_SCHEMA
+
+    def _checked(self) -> dict[str, str]:
+        options = dict(self.options)
+        if not options.get("path"):
+            raise OperatorConfigError("the vigil_jsonl source needs a 'path' option")
+        return options
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _JsonLinesStreamReader(self._checked())
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _JsonLinesBatchReader(self._checked())
+
+
+# ---------------------------------------------------------------- Redis Streams
+
+
+def _parse_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _entry_json(fields: list[bytes], field: str) -> str:
+    pairs = {
+        fields[i].decode("utf-8", "replace"): fields[i + 1].decode("utf-8", "replace")
+        for i in range(0, len(fields) - 1, 2)
+    }
+    if field in pairs:
+        return pairs[field]
+    return json.dumps(pairs, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class StreamRange(InputPartition):
+    """Entries after ``after_id`` up to and including ``last_id``; ``first_seq`` numbers the
+    first of them."""
+
+    after_id: str
+    last_id: str
+    first_seq: int
+
+
+class _RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.host = options.get("host", "127.0.0.1")
+        self.port = _positive_int(options, "port", 6379)
+        self.key = options["stream"]
+        self.field = options.get("field", "event")
+        self.max_records = _positive_int(options, "maxRecordsPerBatch", 10_000)
+        self.target: str | None = None
+
+    def _connect(self) -> RedisConnection:
+        return RedisConnection(self.host, self.port)
+
+    def initialOffset(self) -> dict:
+        return {"id": "0-0", "seq": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_records)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with self._connect() as redis:
+            last = redis.command("XREVRANGE", self.key, "+", "-", "COUNT", 1)
+        self.target = last[0][0].decode() if last else "0-0"  # type: ignore[index]
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        count = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if count is None and not isinstance(limit, ReadAllAvailable):
+            count = self.max_records
+        args: list[str | int] = ["XREAD"]
+        if count is not None:
+            args += ["COUNT", count]
+        args += ["STREAMS", self.key, start["id"]]
+        with self._connect() as redis:
+            reply = redis.command(*args)
+        if not reply:
+            return start
+        entries = reply[0][1]  # type: ignore[index]
+        ids = [e[0].decode() for e in entries]
+        if self.target is not None:
+            target = _parse_id(self.target)
+            ids = [i for i in ids if _parse_id(i) <= target]
+        if not ids:
+            return start
+        return {"id": ids[-1], "seq": int(start["seq"]) + len(ids)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if start["id"] == end["id"]:
+            return []
+        return [StreamRange(start["id"], end["id"], int(start["seq"]))]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StreamRange)
+        seq = partition.first_seq
+        after = partition.after_id
+        with self._connect() as redis:
+            while True:
+                entries = redis.command(
+                    "XRANGE", self.key, f"({after}", partition.last_id, "COUNT", 10_000
+                )
+                if not entries:
+                    return
+                seqs = list(range(seq, seq + len(entries)))  # type: ignore[arg-type]
+                texts = [_entry_json(e[1], self.field) for e in entries]  # type: ignore[index]
+                yield _batch(seqs, texts)
+                seq += len(entries)  # type: ignore[arg-type]
+                after = entries[-1][0].decode()  # type: ignore[index]
+                if after == partition.last_id:
+                    return
+
+
+class RedisStreamSource(DataSource):
+    """``spark.readStream.format("vigil_redis")``: the entries of a Redis Stream, in stream
+    order, as ``(_seq, _event)`` rows (``_seq`` counts entries from 0).
+
+    Options: ``stream`` (the key, required), ``host``/``port`` (default 127.0.0.1:6379),
+    ``field`` (entry field holding the event JSON, default ``event``; entries without it
+    become a JSON object of all their fields), ``maxRecordsPerBatch`` (default 10000).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "vigil_redis"
+
+    def schema(self) -> str:
+        return SOURCE_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        options = dict(self.options)
+        if not options.get("stream"):
+            raise OperatorConfigError("the vigil_redis source needs a 'stream' option")
+        return _RedisStreamReader(options)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def register_sources(spark: SparkSession) -> None:
+    """Make ``vigil_jsonl`` and ``vigil_redis`` available to ``spark.read(Stream).format``."""
+    spark.dataSource.register(JsonLinesSource)
+    spark.dataSource.register(RedisStreamSource)
+
+
+def read_jsonl(
+    spark: SparkSession, path: str, *, streaming: bool = True, max_records_per_batch: int = 100_000
+) -> DataFrame:
+    """Events of a JSON-lines file or directory as ``(_seq, _event)``, streaming or static."""
+    if not os.path.exists(path):
+        raise SourceError(f"events path {path!r} does not exist")
+    register_sources(spark)
+    reader = spark.readStream if streaming else spark.read
+    return (
+        reader.format("vigil_jsonl")
+        .option("path", os.path.abspath(path))
+        .option("maxRecordsPerBatch", max_records_per_batch)
+        .load()
+    )
+
+
+def read_redis(
+    spark: SparkSession,
+    stream: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 6379,
+    field: str = "event",
+    max_records_per_batch: int = 10_000,
+) -> DataFrame:
+    """A Redis Stream as a streaming ``(_seq, _event)`` DataFrame."""
+    register_sources(spark)
+    return (
+        spark.readStream.format("vigil_redis")
+        .option("stream", stream)
+        .option("host", host)
+        .option("port", port)
+        .option("field", field)
+        .option("maxRecordsPerBatch", max_records_per_batch)
+        .load()
+    )
+
+
+def read_files(
+    spark: SparkSession,
+    path: str,
+    schema: str,
+    *,
+    fmt: str = "json",
+    max_files_per_trigger: int = 1,
+) -> DataFrame:
+    """Spark's own file source over a directory of JSON-lines or Parquet files, one column per
+    field; new files are picked up in modification-time order."""
+    if fmt not in ("json", "parquet"):
+        raise OperatorConfigError(f"file format must be 'json' or 'parquet', got {fmt!r}")
+    return (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", max_files_per_trigger)
+        .format(fmt)
+        .load(path)
+    )
+
+
+def read_socket(spark: SparkSession, host: str, port: int) -> DataFrame:
+    """Demo input: JSON lines from a TCP socket (Spark's socket source; not fault tolerant)."""
+    return (
+        spark.readStream.format("socket").option("host", host).option("port", port).load()
+        .select(F.col("value").alias(EVENT_COLUMN))
+    )
+
+
+def read_rate_demo(
+    spark: SparkSession, *, rows_per_second: int = 1000, keys: int = 100, stream: str = "ev"
+) -> DataFrame:
+    """Demo input from Spark's rate source: events ``(stream, k, ts, kind, _seq)`` with
+    ``kind`` cycling over ``a``/``b``/``c`` per key."""
+    return spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load().select(
+        F.lit(stream).alias("stream"),
+        F.concat(F.lit("k"), (F.col("value") % keys).cast("string")).alias("k"),
+        F.unix_millis(F.col("timestamp")).alias("ts"),
+        F.element_at(F.array(F.lit("a"), F.lit("b"), F.lit("c")),
+                     ((F.col("value") / keys).cast("long") % 3 + 1).cast("int")).alias("kind"),
+        F.col("value").alias("_seq"),
+    )

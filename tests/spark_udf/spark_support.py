@@ -1,0 +1,52 @@
+"""Helpers shared by the Spark operator tests: random event streams and running queries."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter
+from typing import Any
+
+BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+EVENT_SCHEMA = "stream string, k string, ts long, kind string, _seq long"
+
+
+def random_events(
+    seed: int, n: int, *, keys: int = 6, step_ms: int = 400, jitter_ms: int = 1_000
+) -> list[dict[str, Any]]:
+    """Events with bounded disorder: no event is more than ``jitter_ms`` older than any event
+    before it, so with a lateness of at least ``jitter_ms`` nothing is ever late."""
+    rng = random.Random(seed)
+    events = []
+    for seq in range(n):
+        ts = BASE_MS + seq * step_ms - rng.randint(0, jitter_ms)
+        kind = rng.choices(["a", "b", "c"], weights=[3, 2, 1])[0]
+        events.append({"stream": "ev", "k": f"k{rng.randrange(keys)}", "ts": ts, "kind": kind,
+                       "_seq": seq})
+    return events
+
+
+def split_into_files(directory: str, events: list[dict[str, Any]], cuts: list[int]) -> None:
+    """Write ``events`` as JSON-lines files cut at the given positions (one file a batch)."""
+    os.makedirs(directory, exist_ok=True)
+    bounds = [0, *sorted(cuts), len(events)]
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        if hi > lo:
+            write_jsonl(os.path.join(directory, f"events-{i:04d}.jsonl"), events[lo:hi], i)
+
+
+def write_jsonl(path: str, events: list[dict[str, Any]], order: int = 0) -> None:
+    """Write a JSON-lines file; ``order`` sets its modification time, which is the order in
+    which Spark's file source (``maxFilesPerTrigger``) reads new files."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for event in events:
+            handle.write(json.dumps(event) + "\n")
+    os.utime(tmp, (1_700_000_000 + order, 1_700_000_000 + order))
+    os.replace(tmp, path)
+
+
+def ids(rows: list[dict[str, Any]]) -> Counter:
+    """Multiset of (name, match_id): what equivalence compares."""
+    return Counter((r["name"], r["match_id"]) for r in rows)

@@ -1,0 +1,255 @@
+"""The operator's logic without a JVM: bucket state bytes, output rows, per-bucket processing
+under arbitrary micro-batch splits, and the Spark processor class under ``TwsTester``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from spark_pairs import PairProcessor
+from spark_support import BASE_MS, ids, random_events
+
+from cep.match import Match
+from spark_udf import (
+    BatchSink,
+    BucketState,
+    BucketStateError,
+    OperatorConfigError,
+    parse_lateness,
+    read_outputs,
+)
+from spark_udf.batch import (
+    SEQ_COLUMN,
+    TIME_COLUMN,
+    EventLayout,
+    backtest_frame,
+    fire_due_keys,
+    process_bucket,
+)
+from spark_udf.bucket_state import KeySlot
+from spark_udf.operator import reference_outputs
+from spark_udf.packing import pack_batches
+from spark_udf.records import dead_letter_record, match_record, records_frame
+
+WITHIN = 3_000
+LAYOUT = EventLayout(
+    event_columns=("stream", "k", "ts", "kind", SEQ_COLUMN),
+    int_columns=frozenset({"ts", SEQ_COLUMN}),
+)
+
+
+def _frame(events: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(events, columns=list(LAYOUT.event_columns))
+    frame[TIME_COLUMN] = frame["ts"]
+    return frame
+
+
+# ---------------------------------------------------------------- bucket state
+
+
+def test_bucket_state_round_trips_and_forgets_empty_keys():
+    bucket = BucketState(registered_ms=42)
+    bucket.set('["a"]', b"\x00state", 40)
+    bucket.set('["b"]', None, 41)          # a timer but no state
+    bucket.set('["é"]', b"", None)         # empty but present state
+    bucket.set('["gone"]', None, None)     # nothing left: not stored
+    again = BucketState.from_bytes(bucket.to_bytes())
+    assert again == bucket
+    assert set(again.keys) == {'["a"]', '["b"]', '["é"]'}
+    assert again.earliest_due() == 40
+    assert BucketState.from_bytes(None) == BucketState() == BucketState.from_bytes(b"")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda b: b[:10], "too short"),
+        (lambda b: b"XXXX" + b[4:], "not a Vigil bucket state"),
+        (lambda b: b[:4] + b"\x09" + b[5:], "format version 9"),
+        (lambda b: b[:-3], "truncated"),
+        (lambda b: b + b"junk", "trailing"),
+    ],
+)
+def test_corrupted_bucket_state_is_a_clear_error(mutate, message):
+    data = BucketState({'["a"]': KeySlot(b"payload", 5)}, 5).to_bytes()
+    with pytest.raises(BucketStateError, match=message) as info:
+        BucketState.from_bytes(mutate(data))
+    assert isinstance(info.value, ValueError)
+
+
+# ---------------------------------------------------------------- output rows
+
+
+def test_match_rows_carry_the_engine_match_object_unchanged():
+    match = Match("card_testing", 1, {"card_id": "c1"}, {"probe": [1, 2, 3], "big": [4]},
+                  {"probes": 3}, BASE_MS, BASE_MS + 5_000, "high").to_json()
+    row = match_record(match)
+    assert row["kind"] == "rule" and row["name"] == "card_testing"
+    assert row["match_id"] == match["match_id"]
+    assert row["key"] == '{"card_id":"c1"}'
+    assert (row["start_ms"], row["end_ms"]) == (BASE_MS, BASE_MS + 5_000)
+    assert json.loads(row["payload"]) == match
+    frame = records_frame([row, dead_letter_record({"reason": "late"}, time_ms=None)])
+    assert list(frame.columns) == ["kind", "name", "match_id", "key", "payload", "start", "end"]
+    assert str(frame["start"].dtype) == "datetime64[ns, UTC]"
+    assert frame["start"][0] == pd.Timestamp(BASE_MS, unit="ms", tz="UTC")
+    assert pd.isna(frame["start"][1])
+
+
+def test_dead_letter_ids_are_deterministic_and_distinct():
+    a = dead_letter_record({"reason": "late", "event": {"_seq": 1}})
+    assert a == dead_letter_record({"event": {"_seq": 1}, "reason": "late"})
+    assert a["match_id"] != dead_letter_record({"reason": "late", "event": {"_seq": 2}})["match_id"]
+
+
+def test_lateness_parsing_names_the_bad_value():
+    assert parse_lateness("500ms") == 500
+    assert parse_lateness("1h") == 3_600_000
+    for bad in ("soon", -1, "5 parsecs", True):
+        with pytest.raises(OperatorConfigError, match="lateness"):
+            parse_lateness(bad)
+
+
+# ---------------------------------------------------------------- the idempotent sink
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_sink_replays_overwrite_their_batch_and_hook_sees_matches(tmp_path, fmt):
+    match = Match("r", 1, {"k": "a"}, {"a": [1]}, {}, BASE_MS, BASE_MS, "low").to_json()
+    rows = records_frame([match_record(match), dead_letter_record({"reason": "late"})])
+    delivered = []
+    sink = BatchSink(str(tmp_path / "out"), str(tmp_path / "dead"), fmt=fmt,
+                     on_matches=lambda batch_id, ms: delivered.append((batch_id, ms)))
+    sink.write_batch(rows, 7)
+    sink.write_batch(rows, 7)  # Spark replays batch 7 after a crash: same file, no duplicate
+    sink.write_batch(rows.iloc[:0], 8)
+    got = read_outputs(str(tmp_path / "out"))
+    dead = read_outputs(str(tmp_path / "dead"))
+    if fmt == "jsonl":
+        assert got == [match] and [d["reason"] for d in dead] == ["late"]
+    else:
+        assert [r["match_id"] for r in got] == [match["match_id"]]
+        assert [(r["kind"], r["name"]) for r in dead] == [("dead_letter", "late")]
+    assert sorted(os.listdir(tmp_path / "out")) == [f"part-000000000007.{fmt}"]
+    assert delivered == [(7, [match]), (7, [match])]  # at-least-once: dedupe by match_id
+    # A replay that now produces nothing removes the earlier attempt's file.
+    sink.write_batch(rows.iloc[:0], 7)
+    assert read_outputs(str(tmp_path / "out")) == []
+    with pytest.raises(OperatorConfigError, match="format"):
+        BatchSink(str(tmp_path / "x"), fmt="csv")
+
+
+# ---------------------------------------------------------------- per-bucket processing
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    cuts=st.lists(st.integers(0, 80), max_size=6),
+)
+def test_bucket_processing_does_not_depend_on_the_micro_batch_split(seed, cuts):
+    """Feed a stream in arbitrary micro-batches, with Spark's watermark rule (max time of the
+    earlier batches minus lateness) and timers fired between batches: the outputs equal one
+    direct run up to the same final watermark."""
+    lateness = 1_000
+    events = random_events(seed, 80, keys=3, jitter_ms=lateness)
+    processor = PairProcessor(WITHIN)
+    bucket = BucketState()
+    outputs: list[dict] = []
+    watermark = 0
+    bounds = [0, *sorted(cuts), len(events)]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        chunk = events[lo:hi]
+        if chunk:
+            # Rows of one micro-batch arrive in no particular order.
+            run = process_bucket(processor, bucket, [_frame(chunk[::-1])], LAYOUT, watermark)
+            outputs += run.records
+            assert run.late == 0
+            watermark = max(watermark, max(e["ts"] for e in events[:hi]) - lateness)
+        outputs += fire_due_keys(processor, bucket, watermark)
+    expected = reference_outputs(PairProcessor(WITHIN), events, watermark)
+    assert ids([json.loads(r["payload"]) for r in outputs]) == ids(expected)
+
+
+def test_late_rows_and_keyless_rows_become_dead_letters():
+    processor = PairProcessor(WITHIN)
+    bucket = BucketState()
+    rows = [
+        {"stream": "ev", "k": "x", "ts": BASE_MS, "kind": "a", "_seq": 0},
+        {"stream": "ev", "k": None, "ts": BASE_MS + 10, "kind": "a", "_seq": 1},
+        {"stream": "other", "k": "x", "ts": BASE_MS + 20, "kind": "b", "_seq": 2},
+    ]
+    run = process_bucket(processor, bucket, [_frame(rows)], LAYOUT, BASE_MS + 1)
+    letters = sorted((r["name"], json.loads(r["payload"])["line"]) for r in run.records)
+    # The "other" stream is not read by this processor: ignored, not a dead letter.
+    assert letters == [("late", 0), ("missing_key", 1)]
+    assert run.late == 1 and bucket.keys == {}
+
+
+def test_json_rows_keep_undeclared_fields_and_report_bad_json():
+    layout = EventLayout(event_columns=(SEQ_COLUMN,), json_column="_event",
+                         int_columns=frozenset({SEQ_COLUMN}), default_stream="ev")
+    frame = pd.DataFrame({
+        SEQ_COLUMN: [0, 1, 2],
+        "_event": ['{"k": "x", "ts": 5, "kind": "a", "extra": [1]}', "{oops", "[1]"],
+        TIME_COLUMN: [5, None, None],
+    })
+    seen = []
+
+    class Spy(PairProcessor):
+        def process(self, key, state, events, watermark_ms):
+            seen.extend(events)
+            return super().process(key, state, events, watermark_ms)
+
+    run = process_bucket(Spy(WITHIN), BucketState(), [frame], layout, 0)
+    assert seen == [{"k": "x", "ts": 5, "kind": "a", "extra": [1], "_seq": 0, "stream": "ev"}]
+    assert sorted(r["name"] for r in run.records) == ["invalid_json", "not_an_object"]
+
+
+def test_backtest_reports_rows_late_in_input_order():
+    events = random_events(3, 30, keys=2)
+    frame = _frame(events)
+    frame["_vigil_late"] = False
+    frame.loc[5, "_vigil_late"] = True
+    run = backtest_frame(PairProcessor(WITHIN), frame, LAYOUT, 2**63 - 1)
+    late = [json.loads(r["payload"]) for r in run.records if r["kind"] == "dead_letter"]
+    assert [d["line"] for d in late] == [5] and run.late == 1
+    kept = [e for e in events if e["_seq"] != 5]
+    expected = reference_outputs(PairProcessor(WITHIN), kept, 2**63 - 1)
+    got = [json.loads(r["payload"]) for r in run.records if r["kind"] != "dead_letter"]
+    assert ids(got) == ids(expected)
+
+
+# ---------------------------------------------------------------- the Spark processor class
+
+
+def test_bucketed_detector_under_tws_tester_fires_absence_from_a_timer():
+    from pyspark.sql.streaming import TwsTester
+
+    from spark_udf import BucketedDetector
+
+    columns = [*LAYOUT.event_columns, TIME_COLUMN, "_vigil_k0", "_vigil_bucket"]
+    detector = BucketedDetector(PairProcessor(WITHIN), LAYOUT, columns)
+    # Real queries hide the event time from Spark's late filter (the operator reports late
+    # rows itself), so the tester's filter must let every packed row through.
+    tester = TwsTester(detector, timeMode="EventTime", eventTimeExtractor=lambda row: 2**62)
+    rows = _frame([{"stream": "ev", "k": "x", "ts": BASE_MS, "kind": "a", "_seq": 0},
+                   {"stream": "ev", "k": "y", "ts": BASE_MS + 100, "kind": "a", "_seq": 1}])
+    rows["_vigil_k0"] = rows["k"]
+    rows["_vigil_bucket"] = 3
+    (packed,) = pack_batches([pa.RecordBatch.from_pandas(rows, preserve_index=False)],
+                             "_vigil_bucket")
+    assert tester.testInPandas(3, packed.to_pandas()).empty
+    stored = BucketState.from_bytes(tester.peekValueState("bucket", 3)[0])
+    assert set(stored.keys) == {'["x"]', '["y"]'} and stored.registered_ms == BASE_MS
+    tester.setWatermark(BASE_MS + 50)   # releases x's event; nothing to report yet
+    fired = tester.setWatermark(BASE_MS + WITHIN + 60)   # x's window closed, y's not yet
+    assert [(r.name, json.loads(r.key)) for r in fired.itertuples()] == [("no_b", {"k": "x"})]
+    fired = tester.setWatermark(BASE_MS + WITHIN + 200)
+    assert [(r.name, json.loads(r.key)) for r in fired.itertuples()] == [("no_b", {"k": "y"})]
+    assert tester.peekValueState("bucket", 3) is None
