@@ -82,10 +82,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return 2
     with receiver:
         print(f"webhook receiver listening on {receiver.url}", file=sys.stderr)
+        matches_out = os.path.join(
+            args.out, "matches" if args.engine == "spark" else "matches.jsonl"
+        )
         run_args = SimpleNamespace(
             files=paths, events=[args.events], engine=args.engine,
-            out=os.path.join(args.out, "matches.jsonl"),
-            dead_letter=os.path.join(args.out, "dead_letters.jsonl"),
+            out=matches_out,
+            dead_letter=os.path.join(
+                args.out, "dead_letters" if args.engine == "spark" else "dead_letters.jsonl"
+            ),
             max_partials=None, progress=True,
             outbox=os.path.join(args.out, "outbox.sqlite"), delivery_deadline=30.0,
             master="local[*]", checkpoint=os.path.join(args.out, "checkpoint"),
@@ -93,20 +98,25 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         from cep.run import run
 
         code = run(run_args)
-    _summary_table(args.out, received, receiver.rejected)
+    _summary_table(matches_out, received, receiver.rejected)
     return code
 
 
-def _summary_table(out_dir: str, received, rejected: int) -> None:
+def _summary_table(path: str, received, rejected: int) -> None:
+    import glob
     import json
 
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
-    path = os.path.join(out_dir, "matches.jsonl")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
+    # the embedded engine writes one file; Spark one file per micro-batch (+ standing.jsonl)
+    files = sorted(glob.glob(os.path.join(path, "*.jsonl"))) if os.path.isdir(path) else [path]
+    for name in files:
+        if not os.path.exists(name):
+            continue
+        with open(name, encoding="utf-8") as fh:
             for line in fh:
-                match = json.loads(line)
-                counts[(match["kind"], match["name"])] += 1
+                if line.strip():
+                    match = json.loads(line)
+                    counts[(match["kind"], match["name"])] += 1
     print("\n  kind    name                    matches  alerts received", file=sys.stderr)
     for (kind, name), n in sorted(counts.items()):
         print(f"  {kind:<7} {name:<23} {n:>7}  {received.get(name, 0):>15}", file=sys.stderr)

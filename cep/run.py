@@ -261,6 +261,7 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
             master=args.master, checkpoint=args.checkpoint, on_matches=on_matches,
             stream=inputs[0].stream,
             spark=_spark_session(args.master, os.path.join(out_dir, "_spark.log")),
+            on_progress=_spark_progress,
         )
         print(
             f"vigil run: spark: {summary.input_rows:,} event(s) in {summary.batches} "
@@ -290,6 +291,15 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
               file=sys.stderr)
         return 130
     return EXIT_OK
+
+
+def _spark_progress(progress: dict[str, Any]) -> None:
+    """One line per micro-batch: the live view of a Spark run."""
+    rows = progress.get("numInputRows", 0)
+    rate = progress.get("processedRowsPerSecond") or 0.0
+    took = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+    print(f"  micro-batch {progress.get('batchId')}: {rows:,} row(s) in {took:.1f}s "
+          f"({rate:,.0f} rows/s)", file=sys.stderr)
 
 
 def _spark_session(master: str, log_path: str) -> Any:
