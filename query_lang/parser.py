@@ -982,12 +982,30 @@ class _ToAst(Transformer):
             return ast.SearchPhrase(field_name, self._string(tok), span)
         if tok.type == "REGEX":
             return ast.SearchRegex(field_name, _regex_body(text), span)
-        if "*" in text or "?" in text:
-            body = text[:-1]
-            if text.endswith("*") and "*" not in body and "?" not in body and body:
-                return ast.SearchPrefix(field_name, body, span)
-            return ast.SearchWildcard(field_name, text, span)
-        return ast.SearchTerm(field_name, text, span)
+        wildcards = _unescaped_wildcards(text)
+        if not wildcards:
+            return ast.SearchTerm(field_name, _unescape_word(text), span)
+        if wildcards == [len(text) - 1] and text.endswith("*") and len(text) > 1:
+            return ast.SearchPrefix(field_name, _unescape_word(text[:-1]), span)
+        return ast.SearchWildcard(field_name, text, span)
+
+
+def _unescaped_wildcards(word: str) -> list[int]:
+    """Positions of the ``*`` and ``?`` in a search word that a backslash does not escape."""
+    found, i = [], 0
+    while i < len(word):
+        if word[i] == "\\":
+            i += 2
+            continue
+        if word[i] in "*?":
+            found.append(i)
+        i += 1
+    return found
+
+
+def _unescape_word(word: str) -> str:
+    """``caf\\*`` -> ``caf*``: a backslash makes the next character literal."""
+    return re.sub(r"\\(.)", r"\1", word)
 
 
 def _regex_body(token_text: str) -> str:

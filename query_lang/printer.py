@@ -337,8 +337,10 @@ def _search(node: ast.SearchNode, context: int) -> str:
         return prefix + _search_word(node.text)
     if isinstance(node, ast.SearchPhrase):
         return prefix + quote(node.text)
-    if isinstance(node, ast.SearchPrefix | ast.SearchWildcard):
-        return prefix + (node.prefix + "*" if isinstance(node, ast.SearchPrefix) else node.pattern)
+    if isinstance(node, ast.SearchPrefix):
+        return prefix + _escape_word(node.prefix) + "*"
+    if isinstance(node, ast.SearchWildcard):
+        return prefix + node.pattern
     if isinstance(node, ast.SearchRegex):
         return prefix + "/" + node.pattern.replace("/", "\\/") + "/"
     if isinstance(node, ast.SearchRange):
@@ -355,9 +357,15 @@ def _search(node: ast.SearchNode, context: int) -> str:
     raise TypeError(f"not a search node: {node!r}")
 
 
+def _escape_word(text: str) -> str:
+    """Backslash the characters that would make a search word a wildcard."""
+    return text.replace("\\", "\\\\").replace("*", "\\*").replace("?", "\\?")
+
+
 def _search_word(text: str) -> str:
-    if _SWORD.fullmatch(text) and text not in _SEARCH_KEYWORDS:
-        return text
+    escaped = _escape_word(text)
+    if _SWORD.fullmatch(escaped) and text not in _SEARCH_KEYWORDS:
+        return escaped
     return quote(text)
 
 

@@ -125,6 +125,10 @@ T, P = ast.SearchTerm, ast.SearchPhrase
         ("title:(a OR -b)", ast.SearchOr((T("title", "a"), ast.SearchNot(T("title", "b"))))),
         ("and or", ast.SearchAnd((T(None, "and"), T(None, "or")))),
         ("café", T(None, "café")),
+        ("caf\\*", T(None, "caf*")),
+        ("caf\\**", ast.SearchPrefix(None, "caf*")),
+        ("a\\?b*", ast.SearchPrefix(None, "a?b")),
+        ("x\\\\y", T(None, "x\\y")),
     ],
 )
 def test_search_syntax(text, expected):
