@@ -191,6 +191,11 @@ class Engine:
         return dict(self._webhooks)
 
     @property
+    def declarations(self) -> list[ast.Declaration]:
+        """Every registered declaration (streams, lists, webhooks, rules, queries, metrics)."""
+        return list(self._declarations)
+
+    @property
     def standing(self) -> list[str]:
         """Names of the registered queries and metrics."""
         return self._standing.names

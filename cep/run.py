@@ -269,10 +269,13 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
             f"letter(s) ({summary.late} late), {summary.events_per_second:,.0f} events/s",
             file=sys.stderr,
         )
+    if summary is not None:  # Spark ran the rules and the queries; metrics remain
+        for name in [*engine.rules, *summary_queries(program)]:
+            engine.unregister(name)
     if engine.standing:
         for name in list(engine.rules):
             engine.unregister(name)
-        print("vigil run: queries and metrics run in the embedded engine: "
+        print("vigil run: metrics (and, without rules, queries) run in the embedded engine: "
               + ", ".join(engine.standing), file=sys.stderr)
         path = os.path.join(out_dir, "standing.jsonl")
         with open(path, "w", encoding="utf-8") as out:
@@ -293,13 +296,18 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
     return EXIT_OK
 
 
+def summary_queries(program: Any) -> list[str]:
+    """Names of the program's queries (Spark runs them next to the rules)."""
+    return list(program.queries)
+
+
 def _spark_progress(progress: dict[str, Any]) -> None:
     """One line per micro-batch: the live view of a Spark run."""
-    rows = progress.get("numInputRows", 0)
-    rate = progress.get("processedRowsPerSecond") or 0.0
+    rows = progress.get("eventRows", progress.get("numInputRows", 0))
     took = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
-    print(f"  micro-batch {progress.get('batchId')}: {rows:,} row(s) in {took:.1f}s "
-          f"({rate:,.0f} rows/s)", file=sys.stderr)
+    rate = rows / took if took else 0.0
+    print(f"  micro-batch {progress.get('batchId')}: {rows:,} event(s) in {took:.1f}s "
+          f"({rate:,.0f} events/s)", file=sys.stderr)
 
 
 def _spark_session(master: str, log_path: str) -> Any:

@@ -23,6 +23,7 @@ from spark_udf.operator import (
     parse_lateness,
     reference_outputs,
 )
+from spark_udf.queries import query_outputs
 from spark_udf.records import DEAD_LETTER, OUTPUT_COLUMNS
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs
 from spark_udf.session import session
@@ -60,6 +61,7 @@ __all__ = [
     "detect_specs",
     "parse_lateness",
     "processor_specs",
+    "query_outputs",
     "read_files",
     "read_jsonl",
     "read_outputs",

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from spark_udf.errors import OperatorConfigError, SparkOperatorError
+from spark_udf.queries import query_names, query_outputs
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs
 from spark_udf.session import session
 from spark_udf.sinks import BatchSink, MatchHook
@@ -46,7 +47,7 @@ class RunSummary:
     checkpoint:
         The checkpoint directory (reuse it to continue).
     skipped:
-        Declarations of the program that the Spark engine does not run (queries, metrics).
+        Declarations of the program that the Spark engine does not run (metrics).
     """
 
     batches: int
@@ -160,6 +161,15 @@ def run_spark(
     spark = spark if spark is not None else session(master)
     events = read_jsonl(spark, events_path, max_records_per_batch=max_records_per_batch)
     outputs = detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream, buckets=buckets)
+    branches = len(specs)
+    if not isinstance(program, ProcessorSpec | Sequence) or isinstance(program, str) or (
+        isinstance(program, Sequence) and not all(isinstance(p, ProcessorSpec) for p in program)
+    ):
+        queries = query_outputs(events, program, json_col=EVENT_COLUMN, stream=stream)
+        if queries is not None:
+            outputs = outputs.unionByName(queries)
+            branches += 1
+            skipped = [name for name in skipped if name not in set(query_names(program))]
     sink = BatchSink(out, dead_letter, fmt=fmt, on_matches=on_matches)
     writer = outputs.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = (
@@ -180,11 +190,11 @@ def run_spark(
                     query.stop()
                     break
                 query.awaitTermination(0.25)
-                input_rows += _new_progress(query, seen, on_progress)
+                input_rows += _new_progress(query, seen, on_progress, branches)
         finally:
             if query.isActive:
                 query.stop()
-    input_rows += _new_progress(query, seen, on_progress)
+    input_rows += _new_progress(query, seen, on_progress, branches)
     error = query.exception()
     if error is not None and not stopped:
         raise SparkOperatorError(f"the streaming query failed: {error}")
@@ -204,7 +214,10 @@ def run_spark(
 
 
 def _new_progress(
-    query: Any, seen: set[int], on_progress: Callable[[dict[str, Any]], None] | None
+    query: Any,
+    seen: set[int],
+    on_progress: Callable[[dict[str, Any]], None] | None,
+    branches: int = 1,
 ) -> int:
     rows = 0
     for progress in query.recentProgress:
@@ -212,9 +225,12 @@ def _new_progress(
         if batch in seen:
             continue
         seen.add(batch)
-        rows += int(progress["numInputRows"])
+        # every branch of the plan (one per key definition, plus queries) reads the input
+        # again, and Spark adds the branches' rows up: count each event once
+        events = int(progress["numInputRows"]) // max(1, branches)
+        rows += events
         if on_progress is not None:
-            on_progress(dict(progress))
+            on_progress({**progress, "eventRows": events})
     return rows
 
 

@@ -35,7 +35,7 @@ rule card_testing "Tiny probe charges, then a large purchase on the same card"
   emit card_id, count(probe) as probes, big.amount as amount
   severity high
 
-query unused "not run on Spark" from txn match merchant:m1
+query m1_seen "searched inside Spark too" from txn match merchant:m1
 """
 BASE_MS = 1_767_225_600_000
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,9 +59,12 @@ def _write_inputs(tmp_path, n: int) -> tuple[str, str]:
     return str(rules), str(events)
 
 
-def _embedded(rules: str, events: str, *, close: bool = False) -> tuple[list[dict], list[dict]]:
+def _embedded(
+    rules: str, events: str, *, close: bool = False, kinds: tuple[str, ...] = ("rule",)
+) -> tuple[list[dict], list[dict]]:
     """The embedded engine over the same file, left open (watermark = max time - lateness,
-    where a finished streaming query stands) or closed (end of input, as a backtest)."""
+    where a finished streaming query stands) or closed (end of input, as a backtest); only the
+    matches of ``kinds`` (``run_spark`` runs rules and queries, ``detect_specs`` rules)."""
     engine = Engine()
     engine.register(rules)
     with open(events) as handle:
@@ -72,9 +75,8 @@ def _embedded(rules: str, events: str, *, close: bool = False) -> tuple[list[dic
                 continue
     if close:
         engine.close()
-    # The embedded engine also runs the query; the Spark operator runs the rules.
-    rules_only = [m for m in engine.drain() if m["kind"] == "rule"]
-    return rules_only, engine.dead_letters()
+    wanted = [m for m in engine.drain() if m["kind"] in kinds]
+    return wanted, engine.dead_letters()
 
 
 def _ids(rows):
@@ -89,15 +91,16 @@ def test_run_spark_matches_the_embedded_engine(spark, tmp_path):
         spark=spark, max_records_per_batch=400, buckets=8,
         on_matches=lambda batch_id, matches: seen_batches.append((batch_id, len(matches))),
     )
-    expected, _ = _embedded(rules, events)
+    expected, _ = _embedded(rules, events, kinds=("rule", "query"))
     got = read_outputs(str(tmp_path / "out"))
+    assert {m["kind"] for m in got} == {"rule", "query"}
     assert len(expected) > 20
     assert _ids(got) == _ids(expected)
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
     )
     assert summary.input_rows == 1_501 and summary.matches == len(expected)
-    assert summary.skipped == ("unused",) and not summary.stopped_by_signal
+    assert summary.skipped == () and not summary.stopped_by_signal
     assert sum(n for _, n in seen_batches) == len(expected)
     dead = read_outputs(str(tmp_path / "dead"))
     assert [(d["reason"], d["line"]) for d in dead] == [("invalid_json", 1_500)]
@@ -173,7 +176,7 @@ def test_interrupt_kill_and_resume_lose_and_duplicate_nothing(tmp_path):
     last = json.loads(stdout.strip().splitlines()[-1])
     assert last["stopped_by_signal"] is False
 
-    expected, _ = _embedded(rules, events)
+    expected, _ = _embedded(rules, events, kinds=("rule", "query"))
     got = read_outputs(out)
     assert len(got) == len({m["match_id"] for m in got}), "a match was written twice"
     assert _ids(got) == _ids(expected)
