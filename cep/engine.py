@@ -419,7 +419,7 @@ class Engine:
             return
         self._accepted += 1
         if self._standing.reads(ev.stream):
-            self._collect(self._standing.accept(ev, self._watermark.current))
+            self._collect(self._standing.accept(ev))
         if any(ev.stream in g.readers for g in self._groups.values()):
             self._buffer.push(ev.ts, seq, (ev, (None,) * self._next_slot))
         self._pump()

@@ -269,12 +269,10 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
             f"letter(s) ({summary.late} late), {summary.events_per_second:,.0f} events/s",
             file=sys.stderr,
         )
-    if summary is not None:  # Spark ran the rules and the queries; metrics remain
-        for name in [*engine.rules, *summary_queries(program)]:
-            engine.unregister(name)
+    # Spark ran the rules and, when it ran at all, the queries; the embedded engine the rest
+    for name in [*engine.rules, *(program.queries if summary is not None else ())]:
+        engine.unregister(name)
     if engine.standing:
-        for name in list(engine.rules):
-            engine.unregister(name)
         print("vigil run: metrics (and, without rules, queries) run in the embedded engine: "
               + ", ".join(engine.standing), file=sys.stderr)
         path = os.path.join(out_dir, "standing.jsonl")
@@ -294,11 +292,6 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
               file=sys.stderr)
         return 130
     return EXIT_OK
-
-
-def summary_queries(program: Any) -> list[str]:
-    """Names of the program's queries (Spark runs them next to the rules)."""
-    return list(program.queries)
 
 
 def _spark_progress(progress: dict[str, Any]) -> None:

@@ -107,7 +107,7 @@ class StandingQueries:
 
     # ------------------------------------------------------------------ input
 
-    def accept(self, event: Event, watermark_ms: int) -> list[dict]:
+    def accept(self, event: Event) -> list[dict]:
         """One on-time event (its fields normalised, time in ms)."""
         out = self._match(event.stream, [event])
         for name in self._metric_streams.get(event.stream, ()):

@@ -70,7 +70,7 @@ def query_outputs(
                 except (BadEventError, ValueError, TypeError, AttributeError):
                     continue
                 when = pd.Timestamp(event.ts, unit="ms")
-                for match in standing.accept(event, 0):
+                for match in standing.accept(event):
                     rows.append({
                         "kind": "query",
                         "name": match["name"],
