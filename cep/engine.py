@@ -153,7 +153,6 @@ class Engine:
         self._rules: dict[str, Any] = {}
         self._rule_decls: dict[str, ast.RuleDecl] = {}
         self._slot_of: dict[str, int] = {}
-        self._filters: dict[str, list[tuple[int, Callable[[pd.DataFrame], np.ndarray]]]] = {}
         self._next_slot = 0
         self._groups: dict[tuple, _Group] = {}
         self._standing = StandingQueries(lateness_ms)
@@ -290,7 +289,6 @@ class Engine:
                 self._webhooks[decl.name] = decl
         self._standing.add(standing, streams)
         for decl, rule in zip(rules_here, compiled, strict=True):
-            self._filters[decl.name] = _necessary_filters(rule, decl, streams, lists)
             self._rules[decl.name] = rule
             self._rule_decls[decl.name] = decl
             self._slot_of[decl.name] = self._next_slot
@@ -311,7 +309,6 @@ class Engine:
         del self._rules[name]
         del self._rule_decls[name]
         del self._slot_of[name]
-        self._filters.pop(name, None)
         self._declarations = [
             d for d in self._declarations if not (isinstance(d, ast.RuleDecl) and d.name == name)
         ]
@@ -648,10 +645,8 @@ class Engine:
         view = frame.assign(**{STREAM_FIELD: stream}) if multi else frame
         for _group, slot, needs in readers:
             rule = by_slot[slot]
+            # the rule's mask already clears the bits whose current-event conjuncts fail
             mask = np.asarray(rule.columnar_mask(view), dtype=np.int64)
-            for bit, necessary in self._filters.get(rule.name, ()):
-                fails = ~np.asarray(necessary(view), dtype=bool)
-                mask &= ~(fails.astype(np.int64) << np.int64(bit))
             masks[:, slot] = mask
             if needs:
                 relevant[:] = True
@@ -956,49 +951,6 @@ def _bloom(values: list[str]) -> Any:
     bloom = BloomFilter(capacity=len(values), error_rate=BLOOM_FALSE_POSITIVE_RATE)
     bloom.update(np.asarray(values, dtype=object))
     return bloom
-
-
-def _necessary_filters(
-    rule: Any, decl: ast.RuleDecl, streams: Mapping[str, ast.StreamDecl], lists: Mapping[str, Any]
-) -> list[tuple[int, Callable[[pd.DataFrame], np.ndarray]]]:
-    """Column-wise necessary conditions of the variables whose condition also reads earlier
-    variables or ``prev``: the conjuncts that read only the current event.
-
-    ``big as amount > 500 and merchant != last(probe).merchant`` cannot be decided a batch at
-    a time, but a row with ``amount <= 500`` can never be ``big``; clearing that bit of the
-    row's mask lets :meth:`Engine.feed_batch` skip rows no variable can take. A cleared bit
-    only ever means "cannot fit", which is what the runtime reads it as.
-    """
-    conditions = getattr(rule, "conditions", None)
-    variables = getattr(rule, "variables", None)
-    if conditions is None or variables is None:
-        return []
-    try:
-        from query_lang import compiler
-    except ImportError:
-        return []
-    scope = compiler.Scope(
-        streams=frozenset(streams),
-        variables=frozenset(variables),
-        lists=dict(lists),
-        search=_search_hook(),
-    )
-    filters = []
-    for bit, (var, cond) in enumerate(zip(variables, conditions, strict=True)):
-        define = decl.define(var)
-        if cond.current_only or define is None or define.condition is None:
-            continue
-        expr = define.condition
-        conjuncts = expr.operands if isinstance(expr, ast.BoolOp) and expr.op == "and" else (expr,)
-        parts = [c for c in conjuncts if compiler.is_columnar(c, scope)]
-        if not parts:
-            continue
-        necessary = parts[0] if len(parts) == 1 else ast.BoolOp("and", tuple(parts))
-        try:
-            filters.append((bit, compiler.compile_columnar_predicate(necessary, scope)))
-        except compiler.CompileError:
-            continue
-    return filters
 
 
 def _search_hook() -> Any:
