@@ -101,9 +101,7 @@ class StandingQueries:
 
     def reads(self, stream: str) -> bool:
         """Whether any query or metric wants the events of ``stream``."""
-        return bool(self._metric_streams.get(stream)) or (
-            stream in self._percolators and len(self._percolators[stream]) > 0
-        )
+        return bool(self._metric_streams.get(stream)) or self.wants_documents(stream)
 
     # ------------------------------------------------------------------ input
 
