@@ -107,7 +107,7 @@ def _summary_table(path: str, received, rejected: int) -> None:
     import json
 
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
-    # the embedded engine writes one file; Spark one file per micro-batch (+ standing.jsonl)
+    # the embedded engine writes one file; Spark one file per micro-batch
     files = sorted(glob.glob(os.path.join(path, "*.jsonl"))) if os.path.isdir(path) else [path]
     for name in files:
         if not os.path.exists(name):

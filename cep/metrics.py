@@ -1010,6 +1010,18 @@ class MetricOperator:
         """Windows held (open, or fired and retained for corrections), over all groups."""
         return sum(len(g.windows) for g in self._groups.values())
 
+    @property
+    def is_empty(self) -> bool:
+        """Whether the operator holds nothing: no group has a window or a ``seen`` history."""
+        return not self._groups
+
+    @property
+    def next_due_ms(self) -> int | None:
+        """The smallest watermark at which :meth:`advance_watermark` has work (a window to fire
+        or to forget), or ``None``: where a caller that stores the operator sets its timer."""
+        heads = [queue[0][0] for queue in (self._fire_queue, self._purge_queue) if queue]
+        return min(heads) if heads else None
+
     def process_batch(self, df: pd.DataFrame, watermark_ms: int | None = None) -> list[dict]:
         """Absorb a batch of events, then move to ``watermark_ms`` and return what closed.
 
@@ -1061,8 +1073,9 @@ class MetricOperator:
         """Move the watermark to ``wm_ms`` (it never moves back): emit the final result of every
         window whose end is at or before it, and forget windows retained long enough."""
         wm_ms = int(wm_ms)
-        if wm_ms <= self.watermark:
+        if wm_ms < self.watermark:
             return []
+        # At the same watermark there can still be work: windows a late event left to forget.
         self.watermark = wm_ms
         rows, _ = self._fire_due()
         self._purge()

@@ -1,8 +1,10 @@
-"""``vigil run``: run the rules of rule files over JSON-lines events with the embedded engine.
+"""``vigil run``: run the rules, queries and metrics of rule files over JSON-lines events, on
+Spark (the default for a file or directory) or in the embedded engine (stdin, ``--engine
+embedded``).
 
-Matches go to ``--out`` (one JSON object a line), events that cannot be used to
-``--dead-letter``, and a summary to stderr. Exit codes: 0 ok, 1 errors in the rule files,
-2 a usage problem (missing file, bad option).
+Matches go to ``--out`` (one JSON object a line; a directory of micro-batch files on Spark),
+events that cannot be used to ``--dead-letter``, and a summary to stderr. Exit codes: 0 ok,
+1 errors in the rule files, 2 a usage problem (missing file, bad option).
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ import argparse
 import heapq
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -89,9 +94,10 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         "STREAM=PATH binds every event of the input to STREAM (repeatable)",
     )
     parser.add_argument(
-        "--engine", choices=["embedded", "spark"], default="embedded",
-        help="embedded (default: in-process) or spark (Structured Streaming; --out is then a "
-        "directory of one file per micro-batch)",
+        "--engine", choices=["embedded", "spark"], default=None,
+        help="spark (the default for one file or directory: a Structured Streaming query; "
+        "--out is then a directory of one file per micro-batch) or embedded (in-process; the "
+        "default for stdin and several inputs)",
     )
     parser.add_argument(
         "--master", default="local[*]", help="Spark master for --engine spark (default local[*])"
@@ -197,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         except AlertError as err:
             print(f"vigil run: {err}", file=sys.stderr)
             return EXIT_ERRORS
-    if getattr(args, "engine", "embedded") == "spark":
+    if _engine_choice(args, inputs) == "spark":
         return _run_spark(args, program, engine, inputs, sink)
     try:
         out, close_out = _open_output(args.out)
@@ -236,58 +242,74 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _engine_choice(args: argparse.Namespace, inputs: Sequence[EventInput]) -> str:
+    """``--engine``, or the default: Spark for one file or directory, the embedded engine for
+    stdin and for several inputs (Spark's file source reads one path)."""
+    chosen = getattr(args, "engine", None)
+    if chosen is not None:
+        return chosen
+    if len(inputs) == 1 and not inputs[0].is_stdin:
+        return "spark"
+    if len(inputs) > 1:
+        print("vigil run: several --events inputs run in the embedded engine", file=sys.stderr)
+    return "embedded"
+
+
 def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, sink: Any) -> int:
-    """``--engine spark``: rules run in the Spark stateful operator; queries and metrics, which
-    the Spark operator does not run yet, run in the embedded engine over the same input."""
+    """``--engine spark``: rules, queries and metrics run in one Structured Streaming query.
+
+    ``--out DIR`` keeps the micro-batch files (and the checkpoint, by default); ``--out -``
+    prints the matches as each micro-batch commits, with the files in a scratch directory.
+    """
     if len(inputs) != 1 or inputs[0].is_stdin:
         print("vigil run: --engine spark reads one --events file or directory", file=sys.stderr)
         return EXIT_USAGE
-    out_dir = args.out if args.out not in (None, "-") else os.path.join("out", "matches")
+    to_stdout = args.out in (None, "-")
+    scratch = tempfile.mkdtemp(prefix="vigil-run-") if to_stdout else None
+    out_dir = scratch if to_stdout else args.out
     os.makedirs(out_dir, exist_ok=True)
-    dead_dir = args.dead_letter or os.path.join(out_dir, "_dead_letters")
+    dead_dir = args.dead_letter or (None if to_stdout else os.path.join(out_dir, "_dead_letters"))
+    log_path = os.path.join(out_dir, "_spark.log")
+    counts: Counter[str] = Counter()
 
     def on_matches(batch_id: int, matches: list[dict[str, Any]]) -> None:
         _alert(sink, matches)
+        counts.update(str(m.get("name")) for m in matches)
+        if to_stdout:
+            _write(sys.stdout, matches)
+            sys.stdout.flush()
 
-    started = time.perf_counter()
-    summary = None
-    if engine.rules:
-        from spark_udf.run import run_spark
+    from spark_udf.run import run_spark
 
-        print(f"vigil run: Spark ({args.master}) runs {len(engine.rules)} rule(s); its log is "
-              f"{os.path.join(out_dir, '_spark.log')}", file=sys.stderr)
+    names = [*engine.rules, *engine.standing]
+    print(f"vigil run: Spark ({args.master}) runs {len(names)} rule(s), query(ies) and "
+          f"metric(s); its log is {log_path}", file=sys.stderr)
+    failed = True
+    try:
         summary = run_spark(
             program.modules, inputs[0].path, out=out_dir, dead_letter=dead_dir,
             master=args.master, checkpoint=args.checkpoint, on_matches=on_matches,
-            stream=inputs[0].stream,
-            spark=_spark_session(args.master, os.path.join(out_dir, "_spark.log")),
+            stream=inputs[0].stream, spark=_spark_session(args.master, log_path),
             on_progress=_spark_progress,
         )
-        print(
-            f"vigil run: spark: {summary.input_rows:,} event(s) in {summary.batches} "
-            f"micro-batch(es), {summary.matches} match(es), {summary.dead_letters} dead "
-            f"letter(s) ({summary.late} late), {summary.events_per_second:,.0f} events/s",
-            file=sys.stderr,
-        )
-    # Spark ran the rules and, when it ran at all, the queries; the embedded engine the rest
-    for name in [*engine.rules, *(program.queries if summary is not None else ())]:
-        engine.unregister(name)
-    if engine.standing:
-        print("vigil run: metrics (and, without rules, queries) run in the embedded engine: "
-              + ", ".join(engine.standing), file=sys.stderr)
-        path = os.path.join(out_dir, "standing.jsonl")
-        with open(path, "w", encoding="utf-8") as out:
-            progress = _Progress(inputs, enabled=False)
-            for chunk in _chunks(_merged_records(inputs, engine, progress), CHUNK_ROWS):
-                _feed_chunk(engine, chunk)
-                _write(out, _alert(sink, engine.drain()))
-                engine.drain_dead_letters()  # the Spark run already wrote the dead letters
-            engine.close()
-            _write(out, _alert(sink, engine.drain()))
-        _summary(engine, time.perf_counter() - started, dead_letter_path=None)
+        failed = False
+    finally:
+        if scratch is not None and not failed:
+            shutil.rmtree(scratch, ignore_errors=True)
+        elif scratch is not None:
+            print(f"vigil run: the Spark files are kept in {scratch}", file=sys.stderr)
+    lines = [
+        f"vigil run: spark: {summary.input_rows:,} event(s) in {summary.batches} "
+        f"micro-batch(es) ({summary.events_per_second:,.0f}/s), {summary.matches} match(es), "
+        f"{summary.dead_letters} dead letter(s) ({summary.late} late)",
+        *(f"  {name}: {count} match(es)" for name, count in sorted(counts.items())),
+    ]
+    if summary.dead_letters and dead_dir is None:
+        lines.append("  (use --dead-letter DIR to keep the late and bad events)")
+    print("\n".join(lines), file=sys.stderr)
     if sink is not None:
         _deliver(sink, args.delivery_deadline)
-    if summary is not None and summary.stopped_by_signal:
+    if summary.stopped_by_signal:
         print("vigil run: stopped; rerun with the same --checkpoint to continue",
               file=sys.stderr)
         return 130

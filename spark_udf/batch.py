@@ -16,13 +16,17 @@ import numpy as np
 import pandas as pd
 
 from cep.events import EventReason, dead_letter
-from cep.eventtime import NO_WATERMARK, iso_ms
+from cep.eventtime import END_OF_INPUT, NO_WATERMARK, iso_ms
 from cep.keyed import KeyedProcessor, ProcessResult
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
 from spark_udf.records import dead_letter_record, key_text, match_record
 
 __all__ = [
+    "ARRIVAL_COLUMN",
+    "END_MARK_MS",
+    "END_MARK_STREAM",
+    "END_WATERMARK_MS",
     "BUCKET_COLUMN",
     "LATE_COLUMN",
     "SEQ_COLUMN",
@@ -43,9 +47,22 @@ BUCKET_COLUMN = "_vigil_bucket"
 """Internal column: ``pmod(xxhash64(key columns), buckets)``."""
 LATE_COLUMN = "_vigil_late"
 """Internal column (backtests): the event was behind the watermark when it arrived."""
+ARRIVAL_COLUMN = "_vigil_arrival"
+"""Internal column (backtests): the watermark when the event arrived (input order)."""
 SEQ_COLUMN = "_seq"
 """The event's input position: its id when the stream has none, and the tie-breaker."""
 STREAM_COLUMN = "stream"
+
+END_MARK_STREAM = "_vigil_end"
+"""Stream of the one row a finite streaming input appends after its last line (the end-of-input
+mark): no processor reads it, but its time moves Spark's watermark past every event."""
+END_MARK_MS = 253_402_300_799_000
+"""Event time of the end-of-input mark: 9999-12-31T23:59:59Z, the last second Spark's
+timestamps and every ISO-8601 reader agree on."""
+END_WATERMARK_MS = 221_845_392_000_000
+"""A watermark from 9000-01-01 on can only come from the end-of-input mark (minus a lateness
+of up to a millennium): the operator then runs its processors to end of input
+(:data:`cep.eventtime.END_OF_INPUT`), flushing every key as the embedded engine's ``close``."""
 
 _MAX_TIMER_ROUNDS = 10_000
 
@@ -210,6 +227,8 @@ def _group_by_key(
     groups: dict[tuple, tuple[list[dict[str, Any]], list[int | None]]] = {}
     wanted = _StreamFilter(processor)
     key_of = processor.key_of
+    # Metrics take late events themselves (corrections of windows they still keep).
+    own_late = getattr(processor, "handles_late", False)
     for i, event in enumerate(events):
         if event is None or not wanted(event):
             continue
@@ -224,7 +243,7 @@ def _group_by_key(
                 )
             )
             continue
-        if late is not None and late[i]:
+        if late is not None and late[i] and not own_late:
             run.late += 1
             run.records.append(
                 dead_letter_record(
@@ -252,7 +271,11 @@ def _group_by_key(
 def _times_of(frame: pd.DataFrame) -> list[int | None]:
     if TIME_COLUMN not in frame.columns:
         return [None] * len(frame)
-    return [None if v != v else int(v) for v in frame[TIME_COLUMN].tolist()]
+    return _optional_ints(frame[TIME_COLUMN])
+
+
+def _optional_ints(series: pd.Series) -> list[int | None]:
+    return [None if pd.isna(v) else int(v) for v in series.tolist()]
 
 
 def process_bucket(
@@ -292,15 +315,18 @@ def process_bucket(
 def fire_due_keys(
     processor: KeyedProcessor, bucket: BucketState, watermark_ms: int
 ) -> list[dict[str, Any]]:
-    """Wake every key of the bucket whose due time the watermark has reached (``on_timer``)."""
+    """Wake every key of the bucket whose due time the watermark has reached (``on_timer``);
+    at :data:`~cep.eventtime.END_OF_INPUT` every key, so each flushes what it still holds."""
     records: list[dict[str, Any]] = []
+    end = watermark_ms >= END_OF_INPUT
     due = [
         (text, slot) for text, slot in bucket.keys.items()
-        if slot.due_ms is not None and slot.due_ms <= watermark_ms
+        if (slot.due_ms is not None and slot.due_ms <= watermark_ms) or end
     ]
     for text, slot in due:
         key = tuple(json.loads(text))
-        result = processor.on_timer(key, slot.state, slot.due_ms, watermark_ms)
+        timer = slot.due_ms if slot.due_ms is not None else watermark_ms
+        result = processor.on_timer(key, slot.state, timer, watermark_ms)
         _collect(result, key, {}, records)
         bucket.set(text, result.state, min(result.next_timer_ms, default=None))
     return records
@@ -364,8 +390,19 @@ def backtest_frame(
         late = frame[LATE_COLUMN].fillna(False).to_numpy(dtype=bool)
     groups = _group_by_key(processor, events, times, late, None, run)
     run.keys = len(groups)
+    replay = getattr(processor, "replay", None)
+    arrivals: dict[Any, int | None] = {}
+    if replay is not None and ARRIVAL_COLUMN in frame.columns:
+        # Processors that take late events (metrics) replay the input order instead, so late
+        # rows correct their windows as in the embedded engine.
+        arrivals = dict(zip(frame[SEQ_COLUMN].tolist(), _optional_ints(frame[ARRIVAL_COLUMN]),
+                            strict=True))
     for key, (key_events, key_times) in groups.items():
-        results, _ = run_key(processor, key, key_events, final_watermark_ms)
+        if replay is not None:
+            marks = [arrivals.get(e.get(SEQ_COLUMN)) for e in key_events]
+            results = [replay(key, key_events, marks, final_watermark_ms)]
+        else:
+            results, _ = run_key(processor, key, key_events, final_watermark_ms)
         seq_times = _seq_times(key_events, key_times)
         for result in results:
             _collect(result, key, seq_times, run.records)

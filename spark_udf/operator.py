@@ -23,7 +23,11 @@ from pyspark.sql.streaming.stateful_processor import (
 from cep.eventtime import END_OF_INPUT
 from cep.keyed import KeyedProcessor
 from spark_udf.batch import (
+    ARRIVAL_COLUMN,
     BUCKET_COLUMN,
+    END_MARK_MS,
+    END_MARK_STREAM,
+    END_WATERMARK_MS,
     LATE_COLUMN,
     SEQ_COLUMN,
     STREAM_COLUMN,
@@ -95,6 +99,19 @@ def parse_lateness(value: int | str | Any) -> int:
     raise OperatorConfigError(f"lateness must be a duration such as 30s or 500ms, got {value!r}")
 
 
+def _engine_watermark(spark_watermark_ms: int) -> int:
+    """The watermark the processors see: Spark's, or end of input once the end-of-input mark
+    has moved Spark's past :data:`~spark_udf.batch.END_WATERMARK_MS`."""
+    return END_OF_INPUT if spark_watermark_ms >= END_WATERMARK_MS else spark_watermark_ms
+
+
+def _register_end_timer(handle: StatefulProcessorHandle, spark_watermark_ms: int) -> None:
+    # Every group holding state is woken at end of input (a finite stream's mark), whether or
+    # not one of its keys asked for a timer: matches waiting to grow and open windows flush.
+    if spark_watermark_ms < END_WATERMARK_MS:
+        handle.registerTimer(END_WATERMARK_MS)
+
+
 def _resolve(source: ProcessorSource) -> KeyedProcessor:
     if hasattr(source, "process") and hasattr(source, "key_of"):
         return source  # type: ignore[return-value]
@@ -163,6 +180,7 @@ class BucketedDetector(StatefulProcessor):
             bucket.registered_ms = at
         if bucket.keys:
             self._state.update((bucket.to_bytes(),))
+            _register_end_timer(self._handle, watermark_ms)
         else:
             self._state.clear()
 
@@ -176,7 +194,9 @@ class BucketedDetector(StatefulProcessor):
             frames = unpack_frames(p for frame in rows for p in frame.iloc[:, -1].tolist())
         else:
             frames = _named(rows, self._columns)
-        run = process_bucket(self._processor, bucket, frames, self._layout, watermark)
+        run = process_bucket(
+            self._processor, bucket, frames, self._layout, _engine_watermark(watermark)
+        )
         self._save(bucket, watermark)
         yield from _records_out(run.records)
 
@@ -185,7 +205,7 @@ class BucketedDetector(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
         bucket = self._load()
-        records = fire_due_keys(self._processor, bucket, watermark)
+        records = fire_due_keys(self._processor, bucket, _engine_watermark(watermark))
         self._save(bucket, watermark)
         yield from _records_out(records)
 
@@ -220,7 +240,9 @@ class PerKeyDetector(StatefulProcessor):
         if stored is not None:
             bucket.set(stored[1], stored[0], None)
         frames = _named(rows, self._columns)
-        run = process_bucket(self._processor, bucket, frames, self._layout, watermark)
+        run = process_bucket(
+            self._processor, bucket, frames, self._layout, _engine_watermark(watermark)
+        )
         self._save(bucket, watermark)
         yield from _records_out(run.records)
 
@@ -233,7 +255,7 @@ class PerKeyDetector(StatefulProcessor):
             return
         bucket = BucketState()
         bucket.set(stored[1], stored[0], expiredTimerInfo.getExpiryTimeInMs())
-        records = fire_due_keys(self._processor, bucket, watermark)
+        records = fire_due_keys(self._processor, bucket, _engine_watermark(watermark))
         self._save(bucket, watermark)
         yield from _records_out(records)
 
@@ -242,12 +264,13 @@ class PerKeyDetector(StatefulProcessor):
             self._state.clear()
             return
         ((text, slot),) = bucket.keys.items()
-        if slot.due_ms is not None:
+        if slot.due_ms is not None and slot.due_ms < END_OF_INPUT:
             self._handle.registerTimer(max(slot.due_ms, watermark_ms + 1))
         if slot.state is None:
             self._state.clear()
         else:
             self._state.update((slot.state, text))
+            _register_end_timer(self._handle, watermark_ms)
 
     def close(self) -> None:
         """Nothing to release: state lives in Spark's store."""
@@ -408,10 +431,14 @@ def _key_exprs(
             raise OperatorConfigError(
                 f"every stream's key must have the same number of fields, got {dict(key_cols)}"
             )
+        width = widths.pop()
+        if width == 0:
+            # One group for the whole stream (a metric without ``by``): a constant key.
+            return [F.lit("")]
         return [
             _per_stream(fields, stream, {name: value(tuple(cols)[i])
                                          for name, cols in key_cols.items()})
-            for i in range(widths.pop())
+            for i in range(width)
         ]
     if isinstance(key_cols, str):
         key_cols = [key_cols]
@@ -437,7 +464,11 @@ def _prepare(
     if reserved:
         raise OperatorConfigError(f"input columns {reserved} use the reserved prefix '_vigil_'")
     fields = _FieldReader(df, json_col)
-    time_expr = _time_expr(fields, time_col, time_unit, stream)
+    # The end-of-input mark of a finite stream (see spark_udf.batch.END_MARK_STREAM) carries
+    # the time that moves the watermark past every event.
+    time_expr = F.when(
+        _stream_expr(fields, None) == F.lit(END_MARK_STREAM), F.lit(END_MARK_MS)
+    ).otherwise(_time_expr(fields, time_col, time_unit, stream))
     keys = _key_exprs(fields, key_cols, stream)
     prepared = fields.extract()
     if json_col is None:
@@ -584,9 +615,9 @@ def _detect_static(
 ) -> DataFrame:
     if late_in_input_order:
         seen = Window.orderBy(SEQ_COLUMN).rowsBetween(Window.unboundedPreceding, -1)
-        prepared = prepared.withColumn(
-            LATE_COLUMN,
-            F.col(TIME_COLUMN) < F.max(TIME_COLUMN).over(seen) - F.lit(plan.lateness_ms),
+        arrival = F.max(TIME_COLUMN).over(seen) - F.lit(plan.lateness_ms)
+        prepared = prepared.withColumns(
+            {ARRIVAL_COLUMN: arrival, LATE_COLUMN: F.col(TIME_COLUMN) < arrival}
         )
     event_layout = plan.layout
 

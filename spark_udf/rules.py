@@ -10,9 +10,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from cep.engine import Engine
+from cep.engine import Engine, load_list
 from cep.events import StreamSchema
+from cep.metric_processor import MetricProcessor
+from cep.metrics import compile_metric
 from cep.processor import RuleProcessor, key_signature
+from percolator.evaluate import field_predicate
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
 from spark_udf.operator import detect
@@ -60,50 +63,70 @@ def processor_specs(
 ) -> tuple[list[ProcessorSpec], list[str]]:
     """Compile a program (rule file path, DSL text or parsed modules) into processor specs.
 
-    Returns the specs and the names of declarations the Spark operator does not run (queries
-    and metrics), so callers can say so.
+    Rules sharing a key definition share one :class:`~cep.processor.RuleProcessor`; each metric
+    gets a :class:`~cep.metric_processor.MetricProcessor` keyed by its ``by`` group. Returns the
+    specs and the names of the declarations they do not run (queries, which
+    :func:`spark_udf.query_outputs` runs per partition), so callers can say so.
 
     Raises
     ------
     query_lang.errors.VigilError
         When the program does not parse or check.
     OperatorConfigError
-        When the program has no rule.
+        When the program declares nothing to run (a program of queries only gives no spec).
     """
     engine = Engine(lateness_ms=lateness_ms)
     engine.register(program)
-    names = list(engine.rules)
-    if not names:
-        raise OperatorConfigError("the program declares no rule for the Spark operator to run")
+    metrics = [d for d in engine.declarations if isinstance(d, ast.MetricDecl)]
+    if not engine.rules and not engine.standing:
+        raise OperatorConfigError(
+            "the program declares no rule, query or metric for the Spark operator to run"
+        )
     schemas = {name: StreamSchema.from_decl(d, lateness_ms=lateness_ms)
                for name, d in engine.streams.items()}
     by_signature: dict[tuple, list[Any]] = {}
-    for name in names:
+    for name in engine.rules:
         rule = engine.rule(name)
         by_signature.setdefault(key_signature(rule), []).append(rule)
-    specs = []
-    for rules in by_signature.values():
-        processor = RuleProcessor(rules, engine.streams, lateness_ms=lateness_ms)
-        streams = sorted(processor.key_fields)
-        time_cols = {}
-        for stream in streams:
-            field = schemas[stream].time_field
-            if field is None:
-                raise OperatorConfigError(f"stream '{stream}' declares no event-time field")
-            time_cols[stream] = field
-        specs.append(
-            ProcessorSpec(
-                processor=processor,
-                rules=tuple(r.name for r in rules),
-                key_cols={s: tuple(processor.key_fields[s]) for s in streams},
-                time_cols=time_cols,
-                time_units={s: "ms" if schemas[s].epoch_unit_ms == 1 else "s" for s in streams},
-                lateness_ms=max(schemas[s].lateness_ms for s in streams),
-                default_stream=next(iter(schemas)) if len(schemas) == 1 else None,
+    processors: list[tuple[Any, tuple[str, ...]]] = [
+        (RuleProcessor(rules, engine.streams, lateness_ms=lateness_ms),
+         tuple(r.name for r in rules))
+        for rules in by_signature.values()
+    ]
+    if metrics:
+        lists = {d.name: load_list(d) for d in engine.declarations
+                 if isinstance(d, ast.ListDecl)}
+        for decl in metrics:
+            metric = compile_metric(decl, streams=engine.streams, lists=lists,
+                                    search=field_predicate, lateness_ms=lateness_ms)
+            processors.append(
+                (MetricProcessor(metric, engine.streams, lateness_ms=lateness_ms), (decl.name,))
             )
-        )
-    # Queries and metrics run in the embedded engine only (they are not keyed processors yet).
-    return specs, sorted(engine.standing)
+    specs = [_spec(processor, names, schemas) for processor, names in processors]
+    # Queries are not keyed: spark_udf.queries runs them per partition.
+    metric_names = {d.name for d in metrics}
+    return specs, sorted(n for n in engine.standing if n not in metric_names)
+
+
+def _spec(
+    processor: Any, names: tuple[str, ...], schemas: Mapping[str, StreamSchema]
+) -> ProcessorSpec:
+    streams = sorted(processor.key_fields)
+    time_cols = {}
+    for stream in streams:
+        field = schemas[stream].time_field
+        if field is None:
+            raise OperatorConfigError(f"stream '{stream}' declares no event-time field")
+        time_cols[stream] = field
+    return ProcessorSpec(
+        processor=processor,
+        rules=names,
+        key_cols={s: tuple(processor.key_fields[s]) for s in streams},
+        time_cols=time_cols,
+        time_units={s: "ms" if schemas[s].epoch_unit_ms == 1 else "s" for s in streams},
+        lateness_ms=max(schemas[s].lateness_ms for s in streams),
+        default_stream=next(iter(schemas)) if len(schemas) == 1 else None,
+    )
 
 
 def detect_specs(

@@ -47,7 +47,8 @@ class RunSummary:
     checkpoint:
         The checkpoint directory (reuse it to continue).
     skipped:
-        Declarations of the program that the Spark engine does not run (metrics).
+        Declarations of the program that the Spark engine did not run (none for a program
+        of rules, queries and metrics).
     """
 
     batches: int
@@ -116,8 +117,10 @@ def run_spark(
     lateness_ms: int | None = None,
     spark: Any = None,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
+    end_of_input: bool = True,
 ) -> RunSummary:
-    """Run a program's rules over a JSON-lines file or directory with Spark.
+    """Run a program's rules, queries and metrics over a JSON-lines file or directory with
+    Spark.
 
     Parameters
     ----------
@@ -149,6 +152,10 @@ def run_spark(
         An existing SparkSession (default: :func:`spark_udf.session` with ``master``).
     on_progress:
         Called with each micro-batch's Spark progress report (a dict).
+    end_of_input:
+        With ``available_now``, end the input with the end-of-input mark (see
+        :func:`spark_udf.read_jsonl`): the run then reports what the embedded engine reports
+        for the same file, including matches and windows that only the end of input closes.
 
     Returns
     -------
@@ -159,17 +166,23 @@ def run_spark(
     specs, skipped = _specs(program, lateness_ms)
     checkpoint = checkpoint or os.path.join(out, "_checkpoint")
     spark = spark if spark is not None else session(master)
-    events = read_jsonl(spark, events_path, max_records_per_batch=max_records_per_batch)
-    outputs = detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream, buckets=buckets)
+    events = read_jsonl(spark, events_path, max_records_per_batch=max_records_per_batch,
+                        end_of_input=available_now and end_of_input)
+    outputs = (
+        detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream, buckets=buckets)
+        if specs else None
+    )
     branches = len(specs)
     if not isinstance(program, ProcessorSpec | Sequence) or isinstance(program, str) or (
         isinstance(program, Sequence) and not all(isinstance(p, ProcessorSpec) for p in program)
     ):
         queries = query_outputs(events, program, json_col=EVENT_COLUMN, stream=stream)
         if queries is not None:
-            outputs = outputs.unionByName(queries)
+            outputs = queries if outputs is None else outputs.unionByName(queries)
             branches += 1
             skipped = [name for name in skipped if name not in set(query_names(program))]
+    if outputs is None:
+        raise OperatorConfigError("the program declares nothing the Spark engine runs")
     sink = BatchSink(out, dead_letter, fmt=fmt, on_matches=on_matches)
     writer = outputs.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = (
@@ -226,12 +239,31 @@ def _new_progress(
             continue
         seen.add(batch)
         # every branch of the plan (one per key definition, plus queries) reads the input
-        # again, and Spark adds the branches' rows up: count each event once
-        events = int(progress["numInputRows"]) // max(1, branches)
+        # again, and Spark adds the branches' rows up: count each event once, and not the
+        # end-of-input mark
+        events = int(progress["numInputRows"]) // max(1, branches) - _reads_end_mark(progress)
         rows += events
         if on_progress is not None:
             on_progress({**progress, "eventRows": events})
     return rows
+
+
+def _reads_end_mark(progress: dict[str, Any]) -> int:
+    """1 when this micro-batch read the source's end-of-input mark, else 0."""
+    for source in progress.get("sources") or ():
+        start, end = (_offset(source.get(k)) for k in ("startOffset", "endOffset"))
+        if end.get("end") and not start.get("end"):
+            return 1
+    return 0
+
+
+def _offset(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _load_spec(target: str) -> ProcessorSpec:

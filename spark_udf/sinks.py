@@ -123,7 +123,9 @@ class BatchSink:
         frame = frame.sort_values(["kind", "name", "match_id"], kind="stable")
         is_dead = frame["kind"] == DEAD_LETTER
         matches = frame[~is_dead]
-        dead = frame[is_dead]
+        # Every processor reading a stream reports its bad events; a dead letter's id is a
+        # hash of its content, so the copies of one are one row.
+        dead = frame[is_dead].drop_duplicates("match_id")
         _write_rows(self.out, batch_id, matches, self.fmt)
         if self.dead_letter is not None:
             _write_rows(self.dead_letter, batch_id, dead, self.fmt)

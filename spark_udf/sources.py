@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_udf.batch import END_MARK_STREAM
 from spark_udf.errors import OperatorConfigError, SourceError
 from spark_udf.resp import RedisConnection
 
@@ -190,11 +191,25 @@ def read_slice(part: LineSlice) -> Iterator[pa.RecordBatch]:
         yield _batch(seqs, texts)
 
 
+@dataclass(frozen=True)
+class EndMark(InputPartition):
+    """The partition holding the end-of-input mark: one row after the last line."""
+
+    seq: int
+
+
+def end_mark_row() -> str:
+    """The JSON text of the end-of-input mark (see :data:`spark_udf.batch.END_MARK_STREAM`)."""
+    return json.dumps({"stream": END_MARK_STREAM})
+
+
 class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         self.index = JsonLinesIndex(options["path"])
         self.max_records = _positive_int(options, "maxRecordsPerBatch", _DEFAULT_MAX_RECORDS)
         self.per_partition = _positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
+        flag = options.get("endOfInput", options.get("endofinput", "false"))
+        self.end_of_input = str(flag).lower() == "true"
         self.target: int | None = None
 
     def initialOffset(self) -> dict:
@@ -207,10 +222,18 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.target = self.index.refresh()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if start.get("end"):
+            return start  # the end-of-input mark was read: nothing follows it
         available = self.index.refresh()
         if self.target is not None:
             available = min(available, self.target)
         first = int(start["line"])
+        if (
+            self.end_of_input and self.target is not None and first >= self.target
+            and available <= first
+        ):
+            # every line of the finite input is read: one more offset for the mark
+            return {"line": first, "end": 1}
         if isinstance(limit, ReadMaxRows):
             available = min(available, first + limit.max_rows)
         elif not isinstance(limit, ReadAllAvailable):
@@ -219,9 +242,17 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self.index.refresh()
-        return self.index.slices(int(start["line"]), int(end["line"]), self.per_partition)
+        parts: list[InputPartition] = list(
+            self.index.slices(int(start["line"]), int(end["line"]), self.per_partition)
+        )
+        if end.get("end") and not start.get("end"):
+            parts.append(EndMark(int(end["line"])))
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, EndMark):
+            yield _batch([partition.seq], [end_mark_row()])
+            return
         assert isinstance(partition, LineSlice)
         yield from read_slice(partition)
 
@@ -399,9 +430,21 @@ def register_sources(spark: SparkSession) -> None:
 
 
 def read_jsonl(
-    spark: SparkSession, path: str, *, streaming: bool = True, max_records_per_batch: int = 100_000
+    spark: SparkSession,
+    path: str,
+    *,
+    streaming: bool = True,
+    max_records_per_batch: int = 100_000,
+    end_of_input: bool = False,
 ) -> DataFrame:
-    """Events of a JSON-lines file or directory as ``(_seq, _event)``, streaming or static."""
+    """Events of a JSON-lines file or directory as ``(_seq, _event)``, streaming or static.
+
+    With ``end_of_input`` a streaming query run with ``trigger(availableNow=True)`` reads one
+    more row after the last line, the end-of-input mark, which moves the watermark past every
+    event: the operator then flushes as the embedded engine does at the end of a file (pending
+    absences fire, open windows close). A checkpoint that has read the mark is finished: later
+    lines of the same input would all be late.
+    """
     if not os.path.exists(path):
         raise SourceError(f"events path {path!r} does not exist")
     register_sources(spark)
@@ -410,6 +453,7 @@ def read_jsonl(
         reader.format("vigil_jsonl")
         .option("path", os.path.abspath(path))
         .option("maxRecordsPerBatch", max_records_per_batch)
+        .option("endOfInput", str(bool(end_of_input)).lower())
         .load()
     )
 

@@ -77,6 +77,8 @@ def test_run_writes_matches_dead_letters_and_a_summary(fraud, capsys) -> None:
             str(out),
             "--dead-letter",
             str(dead),
+            "--engine",
+            "embedded",
         ]
     )
     assert code == 0
@@ -148,7 +150,8 @@ def test_run_reads_a_directory_in_name_order_with_progress(fraud, capsys) -> Non
     (folder / "b.jsonl").write_text("\n".join(lines[2:]) + "\n")
     (folder / "a.jsonl").write_text("\n".join(lines[:2]) + "\n")
     (folder / ".hidden").write_text("ignored\n")
-    assert main(["run", str(rules), "--events", str(folder), "--progress"]) == 0
+    assert main(["run", str(rules), "--events", str(folder), "--progress",
+                 "--engine", "embedded"]) == 0
     captured = capsys.readouterr()
     [match] = [json.loads(line) for line in captured.out.splitlines()]
     assert match["values"]["probes"] == 3
@@ -197,7 +200,8 @@ def test_run_exit_code_2_on_missing_rule_file(tmp_path, capsys) -> None:
 def test_run_max_partials_is_passed_to_the_engine(fraud, capsys) -> None:
     _, rules, events = fraud
     assert main(["run", str(rules), "--events", str(events), "--max-partials", "0"]) == 2
-    assert main(["run", str(rules), "--events", str(events), "--max-partials", "1"]) == 0
+    assert main(["run", str(rules), "--events", str(events), "--max-partials", "1",
+                 "--engine", "embedded"]) == 0
     out = capsys.readouterr()
     # with one partial match per key, the probes cannot accumulate: no match, drops counted
     assert out.out == ""
@@ -234,3 +238,18 @@ def test_run_runs_queries_next_to_rules(fraud, capsys) -> None:
     assert {(m["kind"], m["name"]) for m in out} == {("rule", "card_testing"),
                                                      ("query", "acme_news")}
     assert [m["document_id"] for m in out if m["kind"] == "query"] == ["n1"]
+
+
+def test_spark_is_the_default_engine_for_one_file_or_directory(capsys) -> None:
+    from argparse import Namespace
+
+    from cep.run import EventInput, _engine_choice
+
+    default = Namespace(engine=None)
+    assert _engine_choice(default, [EventInput("events/")]) == "spark"
+    assert _engine_choice(default, [EventInput("-")]) == "embedded"
+    assert _engine_choice(Namespace(engine="embedded"), [EventInput("e.jsonl")]) == "embedded"
+    assert _engine_choice(default, [EventInput("a", "txn"), EventInput("b", "news")]) == (
+        "embedded"
+    )
+    assert "several --events inputs run in the embedded engine" in capsys.readouterr().err

@@ -62,9 +62,9 @@ def _write_inputs(tmp_path, n: int) -> tuple[str, str]:
 def _embedded(
     rules: str, events: str, *, close: bool = False, kinds: tuple[str, ...] = ("rule",)
 ) -> tuple[list[dict], list[dict]]:
-    """The embedded engine over the same file, left open (watermark = max time - lateness,
-    where a finished streaming query stands) or closed (end of input, as a backtest); only the
-    matches of ``kinds`` (``run_spark`` runs rules and queries, ``detect_specs`` rules)."""
+    """The embedded engine over the same file, left open (watermark = max time - lateness) or
+    closed (end of input, where a finished run_spark and a backtest stand); only the matches
+    of ``kinds``."""
     engine = Engine()
     engine.register(rules)
     with open(events) as handle:
@@ -91,7 +91,8 @@ def test_run_spark_matches_the_embedded_engine(spark, tmp_path):
         spark=spark, max_records_per_batch=400, buckets=8,
         on_matches=lambda batch_id, matches: seen_batches.append((batch_id, len(matches))),
     )
-    expected, _ = _embedded(rules, events, kinds=("rule", "query"))
+    # a finite input ends with the end-of-input mark: Spark flushes as the engine's close()
+    expected, _ = _embedded(rules, events, close=True, kinds=("rule", "query"))
     got = read_outputs(str(tmp_path / "out"))
     assert {m["kind"] for m in got} == {"rule", "query"}
     assert len(expected) > 20
@@ -176,7 +177,7 @@ def test_interrupt_kill_and_resume_lose_and_duplicate_nothing(tmp_path):
     last = json.loads(stdout.strip().splitlines()[-1])
     assert last["stopped_by_signal"] is False
 
-    expected, _ = _embedded(rules, events, kinds=("rule", "query"))
+    expected, _ = _embedded(rules, events, close=True, kinds=("rule", "query"))
     got = read_outputs(out)
     assert len(got) == len({m["match_id"] for m in got}), "a match was written twice"
     assert _ids(got) == _ids(expected)
