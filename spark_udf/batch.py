@@ -21,6 +21,7 @@ from cep.keyed import KeyedProcessor, ProcessResult
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
 from spark_udf.records import dead_letter_record, key_text, match_record
+from spark_udf.relevance import needed_rows
 
 __all__ = [
     "ARRIVAL_COLUMN",
@@ -229,8 +230,17 @@ def _group_by_key(
     key_of = processor.key_of
     # Metrics take late events themselves (corrections of windows they still keep).
     own_late = getattr(processor, "handles_late", False)
+    # Rows no rule condition can take are skipped before per-event work, as the embedded
+    # engine skips them; late ones are still reported late.
+    needed = needed_rows(processor, events)
     for i, event in enumerate(events):
         if event is None or not wanted(event):
+            continue
+        is_late = late is not None and bool(late[i]) and not own_late
+        if needed is not None and not needed[i]:
+            if is_late:
+                run.late += 1
+                run.records.append(_late_record(event, times[i], watermark_ms, None))
             continue
         key = key_of(event)
         if key is None:
@@ -243,22 +253,9 @@ def _group_by_key(
                 )
             )
             continue
-        if late is not None and late[i] and not own_late:
+        if is_late:
             run.late += 1
-            run.records.append(
-                dead_letter_record(
-                    dead_letter(
-                        EventReason.LATE,
-                        f"event time {iso_ms(times[i])} is behind the watermark "
-                        f"{iso_ms(watermark_ms) if watermark_ms is not None else '(input order)'}",
-                        line=event.get(SEQ_COLUMN),
-                        stream=event.get(STREAM_COLUMN),
-                        event=event,
-                    ),
-                    key=key,
-                    time_ms=times[i],
-                )
-            )
+            run.records.append(_late_record(event, times[i], watermark_ms, key))
             continue
         group = groups.get(key)
         if group is None:
@@ -266,6 +263,23 @@ def _group_by_key(
         group[0].append(event)
         group[1].append(times[i])
     return groups
+
+
+def _late_record(
+    event: dict[str, Any], time_ms: int | None, watermark_ms: int | None, key: tuple | None
+) -> dict[str, Any]:
+    behind = iso_ms(watermark_ms) if watermark_ms is not None else "(input order)"
+    return dead_letter_record(
+        dead_letter(
+            EventReason.LATE,
+            f"event time {iso_ms(time_ms)} is behind the watermark {behind}",
+            line=event.get(SEQ_COLUMN),
+            stream=event.get(STREAM_COLUMN),
+            event=event,
+        ),
+        key=key,
+        time_ms=time_ms,
+    )
 
 
 def _times_of(frame: pd.DataFrame) -> list[int | None]:
