@@ -49,6 +49,10 @@ _WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\u
 # phrase never matches across two values (Elasticsearch's position_increment_gap).
 POSITION_GAP = 100
 
+# What ``\w`` matches among ASCII characters of lowercased text: a token of an ASCII value is a
+# maximal run of these, so its occurrences can be found with ``str.find`` and a boundary test.
+_ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _INTEGER = re.compile(r"[+-]?\d+")
 
@@ -333,7 +337,7 @@ class AnalyzedDocument:
 
     __slots__ = (
         "source", "schema", "_values", "_kinds", "_terms", "_tokens", "_positions",
-        "_numbers", "_times", "_default_fields", "_joined",
+        "_numbers", "_times", "_default_fields", "_joined", "_plain",
     )
 
     def __init__(self, source: Mapping[str, Any], schema: Schema = DEFAULT_SCHEMA) -> None:
@@ -354,6 +358,7 @@ class AnalyzedDocument:
         self._numbers: dict[str, tuple[int | float, ...]] = {}
         self._times: dict[str, tuple[float, ...]] = {}
         self._joined: dict[str, str] = {}
+        self._plain: dict[str, tuple[str, list[str]] | None] = {}
         self._default_fields: tuple[str, ...] | None = None
 
     def fields(self) -> tuple[str, ...]:
@@ -409,6 +414,11 @@ class AnalyzedDocument:
                     union |= self.terms(member)
                 terms = frozenset(union)
             else:
+                plain = self._plain_text(name)
+                if plain is not None:
+                    terms = frozenset(plain[1])
+                    self._terms[name] = terms
+                    return terms
                 text = self.kind(name) == TEXT
                 collected: set[str] = set()
                 for value in self._values.get(name, ()):
@@ -419,6 +429,93 @@ class AnalyzedDocument:
                 terms = frozenset(collected)
             self._terms[name] = terms
         return terms
+
+    def _plain_text(self, name: str) -> tuple[str, list[str]] | None:
+        """``(lowercased value, words)`` when field ``name`` holds one ASCII string analysed as
+        text (the common case, where token positions are word indexes and offsets are found
+        by substring search), else None."""
+        if name in self._plain:
+            return self._plain[name]
+        values = self._values.get(name, ())
+        plain = None
+        if (
+            len(values) == 1 and isinstance(values[0], str) and values[0].isascii()
+            and name != DEFAULT_FIELD and self.kind(name) == TEXT
+        ):
+            lowered = values[0].lower()
+            plain = (lowered, _WORD.findall(lowered))
+        self._plain[name] = plain
+        return plain
+
+    def term_offsets(self, name: str, term: str) -> list[tuple[int, int]]:
+        """Character offsets of the tokens of field ``name`` equal to ``term``, in order.
+
+        Equals ``term_spans(name).get(term, [])`` but finds only the one term, without
+        tokenising the whole field when it holds a single ASCII text value.
+
+        Examples
+        --------
+        >>> doc = AnalyzedDocument({"t": "a cab, CAB cabs"}, Schema.of({"t": "text"}))
+        >>> doc.term_offsets("t", "cab")
+        [(2, 5), (7, 10)]
+        """
+        plain = self._plain_text(name)
+        if plain is None:
+            return self.term_spans(name).get(term, [])
+        text = plain[0]
+        size = len(term)
+        limit = len(text)
+        found: list[tuple[int, int]] = []
+        start = text.find(term)
+        while start >= 0:
+            end = start + size
+            if (start == 0 or text[start - 1] not in _ASCII_WORD) and (
+                end == limit or text[end] not in _ASCII_WORD
+            ):
+                found.append((start, end))
+            start = text.find(term, start + 1)
+        return found
+
+    def phrase_starts(self, name: str, words: tuple[str, ...]) -> list[int]:
+        """Sorted positions where ``words`` occur consecutively in field ``name``."""
+        plain = self._plain_text(name)
+        if plain is None:
+            positions = self.positions(name)
+            tails = [positions.get(w, set()) for w in words[1:]]
+            return sorted(
+                p for p in positions.get(words[0], ())
+                if all(p + i + 1 in tail for i, tail in enumerate(tails))
+            )
+        tokens = plain[1]
+        first = words[0]
+        rest = list(words[1:])
+        width = len(words)
+        starts: list[int] = []
+        start = -1
+        while True:
+            try:
+                start = tokens.index(first, start + 1)
+            except ValueError:
+                return starts
+            if tokens[start + 1:start + width] == rest:
+                starts.append(start)
+
+    def phrase_span(self, name: str, start: int, width: int) -> tuple[int, int] | None:
+        """Character offsets from the token at position ``start`` to the end of the token
+        ``width - 1`` positions later; None when either has no text offsets."""
+        plain = self._plain_text(name)
+        if plain is None:
+            at = self.token_at(name)
+            first, final = at[start], at[start + width - 1]
+            if first.start is None or final.end is None:
+                return None
+            return first.start, final.end
+        tokens = plain[1]
+        last = start + width - 1
+        # The k-th token equal to a term is the k-th occurrence that term_offsets finds.
+        head = self.term_offsets(name, tokens[start])[tokens[:start].count(tokens[start])]
+        tail = self.term_offsets(name, tokens[last])[tokens[:last].count(tokens[last])]
+        return head[0], tail[1]
 
     def joined_terms(self, name: str) -> str:
         """The distinct terms of a field, each framed by ``\\x1e``, for substring automata."""

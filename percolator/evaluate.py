@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import re2
@@ -170,12 +171,7 @@ class TermMatch(Matcher):
         return bool(self._phrase_starts(doc, name))
 
     def _phrase_starts(self, doc: AnalyzedDocument, name: str) -> list[int]:
-        positions = doc.positions(name)
-        tails = [positions.get(w, set()) for w in self.words[1:]]
-        return sorted(
-            p for p in positions.get(self.words[0], ())
-            if all(p + i + 1 in tail for i, tail in enumerate(tails))
-        )
+        return doc.phrase_starts(name, self.words)
 
     def matches(self, doc: AnalyzedDocument) -> bool:
         return any(self._matches_field(doc, f) for f in _targets(doc, self.field))
@@ -185,19 +181,18 @@ class TermMatch(Matcher):
             if not self._matches_field(doc, name):
                 continue
             found = out.setdefault(name, set())
-            spans = doc.term_spans(name)
             if doc.kind(name) == KEYWORD:
+                spans = doc.term_spans(name)
                 for keyword in self.keywords:
                     found.update(spans.get(keyword, ()))
             elif len(self.words) == 1:
-                found.update(spans.get(self.words[0], ()))
+                found.update(doc.term_offsets(name, self.words[0]))
             else:
-                at = doc.token_at(name)
-                last = len(self.words) - 1
+                width = len(self.words)
                 for start in self._phrase_starts(doc, name):
-                    first, final = at[start], at[start + last]
-                    if first.start is not None and final.end is not None:
-                        found.add((first.start, final.end))
+                    span = doc.phrase_span(name, start, width)
+                    if span is not None:
+                        found.add(span)
 
     def describe(self) -> str:
         plain = not self.phrase and self.text and all(
@@ -220,7 +215,7 @@ class TermPattern:
     test: Callable[[str], bool]
     literals: tuple[str, ...]
 
-    @property
+    @cached_property
     def probe(self) -> str | None:
         """The longest literal, used to find the few terms worth testing."""
         if not self.literals:
@@ -524,10 +519,10 @@ class PatternMatch(Matcher):
 
     def collect_spans(self, doc: AnalyzedDocument, out: dict[str, set[tuple[int, int]]]) -> None:
         for name in _targets(doc, self.field):
-            spans = doc.term_spans(name)
             for term in self.pattern_for(doc.kind(name)).matching_terms(doc, name):
-                if term in spans:
-                    out.setdefault(name, set()).update(spans[term])
+                offsets = doc.term_offsets(name, term)
+                if offsets:
+                    out.setdefault(name, set()).update(offsets)
 
     def describe(self) -> str:
         if self.form == "regex":

@@ -157,15 +157,15 @@ class QueryIndex:
 
     def candidates(self, doc: AnalyzedDocument) -> list[RegisteredQuery]:
         """Live queries that could match ``doc``, in slot order."""
+        slots: list[int] = []
+        for sealed in self._sealed:
+            slots.extend(sealed.segment.candidates(doc))
+        if self._delta.size:
+            slots.extend(self._delta.candidates(doc))
+        slots.sort()
         entries = self._entries
-        found: list[RegisteredQuery] = []
-        for segment in [s.segment for s in self._sealed] + [self._delta]:
-            for slot in segment.candidates(doc):
-                entry = entries.get(slot)
-                if entry is not None:
-                    found.append(entry)
-        found.sort(key=lambda e: e.slot)
-        return found
+        # Tombstoned slots are no longer in the entries.
+        return [entries[s] for s in slots if s in entries]
 
     # ------------------------------------------------------------ changing
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Iterable
+from operator import itemgetter
+from typing import Any
 
 import ahocorasick
 import numpy as np
@@ -158,27 +160,70 @@ def _atom_holds(doc: AnalyzedDocument, atom: Atom) -> bool:
     return any((low is None or low <= v) and (high is None or v <= high) for v in values)
 
 
-class IndexedSegment(Segment):
-    """Postings of queries under the most selective clause of their requirement.
+#: Partner dicts up to this size are probed key by key; larger ones are intersected in C from
+#: their smaller side, so the cost follows the candidates and not the size of the index.
+_SMALL_PARTNERS = 8
 
-    Only anchor clauses are indexed: exact terms in dicts, framed literals in one Aho-Corasick
-    automaton per field run over the document's distinct terms (a substring scan while the
-    segment is open), intervals in arrays sorted by low end, present fields. A posted query
-    becomes a candidate only when its other clauses hold too, checked directly against the
-    document (minimum-should-match over all clauses, as Elasticsearch's percolator does for
-    conjunctions) - cheaper than indexing them, since few queries are posted per document.
+
+def _partners_present(
+    partners: dict[Any, list[int]], present: frozenset[Any] | set[Any], posted: set[int]
+) -> None:
+    """Add to ``posted`` the slots of every partner in ``present``."""
+    if len(partners) <= _SMALL_PARTNERS:
+        for key, slots in partners.items():
+            if key in present:
+                posted.update(slots)
+        return
+    keys = (
+        partners.keys() & present if len(present) < len(partners)
+        else present.intersection(partners)
+    )
+    for key in keys:
+        posted.update(partners[key])
+
+
+_second = itemgetter(1)
+
+
+def _automaton(literals: Iterable[tuple[str, int]]) -> ahocorasick.Automaton:
+    automaton = ahocorasick.Automaton()
+    for literal, atom_id in literals:
+        automaton.add_word(literal, atom_id)
+    automaton.make_automaton()
+    return automaton
+
+
+class IndexedSegment(Segment):
+    """Postings of queries under the most selective clauses of their requirement.
+
+    Exact terms live in dicts per field, framed literals in one Aho-Corasick automaton per
+    field run over the document's distinct terms (a substring scan while the segment is open),
+    intervals in arrays sorted by low end, present fields in a dict; a document looks each of
+    its distinct terms up once per table, in C. Most queries are posted under a pair: two terms
+    of their two most selective clauses, or a term and an atom of another clause, found by
+    intersecting the partners of each document term with the document from the smaller side
+    (a term's few partner literals are tested by substring search, so the automata a document
+    must be scanned with hold only the literals queries are posted under alone). A posted
+    query becomes a candidate only when its other clauses hold too, checked directly against
+    the document (minimum-should-match over all clauses, as Elasticsearch's percolator does for
+    conjunctions).
     """
 
     def __init__(self, selectivity: Selectivity = DEFAULT_SELECTIVITY) -> None:
         super().__init__()
         self._selectivity = selectivity
         self._atom_ids: dict[Atom, int] = {}
+        self._atoms: list[Atom] = []
         self._postings: dict[int, list[int]] = {}
         self._checks: dict[int, tuple[tuple[Atom, ...], ...]] = {}
         self._always: list[int] = []
         self._terms: dict[str, dict[str, int]] = {}
         self._literals: dict[str, dict[str, int]] = {}
         self._automata: dict[str, ahocorasick.Automaton] = {}
+        # Automata over the literals queries are posted under alone, which every document
+        # must be scanned for; the literals queries are posted under with a term are tested
+        # only for the document terms that carry them.
+        self._anchor_automata: dict[str, ahocorasick.Automaton] = {}
         self._intervals: dict[tuple[str, str], _IntervalTable] = {}
         self._exists: dict[str, int] = {}
         # field -> term -> partner term (same field) -> slots, for queries posted under a pair
@@ -194,6 +239,7 @@ class IndexedSegment(Segment):
             return known
         atom_id = len(self._atom_ids)
         self._atom_ids[atom] = atom_id
+        self._atoms.append(atom)
         kind = atom[0]
         if kind == "term":
             self._terms.setdefault(atom[1], {})[atom[2]] = atom_id
@@ -268,7 +314,7 @@ class IndexedSegment(Segment):
 
         Used when no two clauses are terms of one field: a prefix AND a term, a term AND a
         range, terms of two fields. The document's hit atoms are intersected with the
-        partners of each of its terms, again in C.
+        partners of each of its terms.
         """
         cost = self._selectivity.clause_cost
         clauses = sorted(requirement.clauses, key=cost)
@@ -288,30 +334,33 @@ class IndexedSegment(Segment):
         return (first, second)
 
     def seal(self) -> None:
+        postings = self._postings
         for field_name, literals in self._literals.items():
-            automaton = ahocorasick.Automaton()
-            for literal, atom_id in literals.items():
-                automaton.add_word(literal, atom_id)
-            automaton.make_automaton()
-            self._automata[field_name] = automaton
+            self._automata[field_name] = _automaton(literals.items())
+            anchors = [(lit, atom) for lit, atom in literals.items() if atom in postings]
+            if anchors:
+                self._anchor_automata[field_name] = _automaton(anchors)
         for table in self._intervals.values():
             table.seal()
         super().seal()
 
-    def hits(self, doc: AnalyzedDocument) -> set[int]:
-        """Ids of the anchor atoms of this segment that ``doc`` satisfies."""
+    def hits(self, doc: AnalyzedDocument, *, anchors_only: bool = False) -> set[int]:
+        """Ids of the indexed atoms of this segment that ``doc`` satisfies.
+
+        With ``anchors_only``, the literals found are only those some query is posted under
+        alone (terms, intervals and fields are always complete).
+        """
         hits: set[int] = set()
         for field_name, table in self._terms.items():
             if doc.has(field_name):
-                common = table.keys() & doc.terms(field_name)
-                if common:
-                    hits.update(map(table.__getitem__, common))
+                hits.update(map(table.__getitem__, table.keys() & doc.terms(field_name)))
         if self.sealed:
-            for field_name, automaton in self._automata.items():
+            automata = self._anchor_automata if anchors_only else self._automata
+            for field_name, automaton in automata.items():
                 if doc.has(field_name):
                     joined = doc.joined_terms(field_name)
                     if joined:
-                        hits.update(atom for _, atom in automaton.iter(joined))
+                        hits.update(map(_second, automaton.iter(joined)))
         else:
             for field_name, literals in self._literals.items():
                 if doc.has(field_name):
@@ -329,29 +378,28 @@ class IndexedSegment(Segment):
         return hits
 
     def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
-        postings = self._postings
         posted: set[int] = set()
-        hits = self.hits(doc)
-        for atom_id in hits:
-            slots = postings.get(atom_id)
-            if slots is not None:
-                posted.update(slots)
-        for field_name, by_term in self._mixed.items():
-            if not doc.has(field_name):
-                continue
-            for term in by_term.keys() & doc.terms(field_name):
-                partners = by_term[term]
-                for atom_id in partners.keys() & hits:
-                    posted.update(partners[atom_id])
+        postings = self._postings
+        if postings:
+            for atom_id in self.hits(doc, anchors_only=True):
+                slots = postings.get(atom_id)
+                if slots is not None:
+                    posted.update(slots)
+        if self._mixed:
+            self._post_mixed_hits(doc, posted)
         for field_name, by_term in self._pairs.items():
-            if not doc.has(field_name):
-                continue
-            terms = doc.terms(field_name)
-            for term in by_term.keys() & terms:
-                partners = by_term[term]
-                for partner in partners.keys() & terms:
-                    posted.update(partners[partner])
+            if doc.has(field_name):
+                terms = doc.terms(field_name)
+                for partners in map(by_term.__getitem__, by_term.keys() & terms):
+                    if len(partners) <= _SMALL_PARTNERS:
+                        for partner, slots in partners.items():
+                            if partner in terms:
+                                posted.update(slots)
+                    else:
+                        _partners_present(partners, terms, posted)
         found = list(self._always)
+        if not posted:
+            return found
         checks = self._checks
         memo: dict[Atom, bool] = {}
         for slot in posted:
@@ -371,6 +419,32 @@ class IndexedSegment(Segment):
                 continue
             found.append(slot)
         return found
+
+    def _post_mixed_hits(self, doc: AnalyzedDocument, posted: set[int]) -> None:
+        """Add the queries posted under a document term and an atom the document satisfies.
+
+        A term's few partner atoms are tested directly (a substring search for a literal),
+        which is cheaper than scanning the document for every literal of the segment; a term
+        with many partners is intersected with all the document's atoms, found once.
+        """
+        atoms = self._atoms
+        held: dict[int, bool] = {}
+        every: set[int] | None = None
+        for field_name, by_term in self._mixed.items():
+            if not doc.has(field_name):
+                continue
+            for partners in map(by_term.__getitem__, by_term.keys() & doc.terms(field_name)):
+                if len(partners) <= _SMALL_PARTNERS:
+                    for atom_id, slots in partners.items():
+                        holds = held.get(atom_id)
+                        if holds is None:
+                            holds = held[atom_id] = _atom_holds(doc, atoms[atom_id])
+                        if holds:
+                            posted.update(slots)
+                else:
+                    if every is None:
+                        every = self.hits(doc)
+                    _partners_present(partners, every, posted)
 
 
 class IndexedPresearcher(Presearcher):

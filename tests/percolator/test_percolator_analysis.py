@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from percolator import (
     DEFAULT_FIELD,
@@ -146,3 +148,39 @@ def test_schema_from_stream_declaration():
     schema = Schema.from_stream(module.declarations[0])
     assert schema.type_of("title") == "text"
     assert schema.time_unit == "ms"
+
+
+_ASCII_TEXT = st.lists(
+    st.sampled_from(list("abAB_1 .,-\n'") + ["ab", "Ab", "ba", "a_b", "ab ba "]), max_size=25
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ASCII_TEXT, st.lists(st.sampled_from(["a", "b", "ab", "ba", "a_b", "1", "b1"]),
+                             min_size=1, max_size=3))
+def test_plain_text_offsets_and_phrases_equal_the_tokenised_path(text, words):
+    # A single ASCII text value takes the substring-search path; tokens() is the reference.
+    doc = AnalyzedDocument({"title": text}, Schema.of({"title": "text"}))
+    tokens = doc.tokens("title")
+    spans = doc.term_spans("title")
+    for term in {*words, *doc.terms("title")}:
+        assert doc.term_offsets("title", term) == spans.get(term, [])
+    positions = doc.positions("title")
+    expected = sorted(
+        p for p in positions.get(words[0], ())
+        if all(p + i + 1 in positions.get(w, set()) for i, w in enumerate(words[1:]))
+    )
+    assert doc.phrase_starts("title", tuple(words)) == expected
+    at = {t.position: t for t in tokens}
+    for start in expected:
+        assert doc.phrase_span("title", start, len(words)) == (
+            at[start].start, at[start + len(words) - 1].end
+        )
+    assert doc.terms("title") == {t.term for t in tokens}
+
+
+def test_phrases_in_list_values_do_not_cross_values():
+    doc = AnalyzedDocument({"notes": ["red fox", "Fox red fox"]}, Schema.of({"notes": "text"}))
+    assert doc.phrase_starts("notes", ("fox", "red")) == [102]
+    assert doc.phrase_span("notes", 102, 2) == (8, 15)
+    assert doc.term_offsets("notes", "fox") == [(4, 7), (8, 11), (16, 19)]

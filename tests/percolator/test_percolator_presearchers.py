@@ -147,3 +147,27 @@ def test_undeclared_fields_and_text_dynamic_schema_agree(query_list, document):
 
 def test_schema_used_by_suite_declares_text_fields():
     assert SCHEMA.type_of("title") == "text"
+
+
+@pytest.mark.parametrize("variant_name", FILTERING)
+def test_terms_with_many_partners_agree_with_the_baseline(variant_name):
+    # Enough queries share a posting term that its partners are intersected with the document
+    # in bulk rather than probed one by one (pairs of terms, a term with a prefix or a range).
+    words = [f"w{i}" for i in range(12)]
+    standing = [(f"pair_{w}", parse_search(f"title:(acme AND {w})")) for w in words]
+    standing += [(f"prefix_{w}", parse_search(f"title:(acme AND {w}x*)")) for w in words]
+    standing += [(f"range_{i}", parse_search(f"title:acme AND views:[{i} TO {i + 5}]"))
+                 for i in range(12)]
+    documents = [
+        {"id": "hit", "title": "Acme w3 w4x w7xyz w11 merger", "views": 6},
+        {"id": "one", "title": "acme w4", "views": 100},
+        {"id": "none", "title": "w1 w2x"},
+    ]
+    expected = outcome(baseline(standing), documents)
+    assert outcome(VARIANTS[variant_name](standing), documents) == expected
+    assert sorted(name for name, _ in expected[0]) == sorted(
+        ["pair_w3", "pair_w11", "prefix_w4", "prefix_w7"] + [f"range_{i}" for i in range(1, 7)]
+    )
+    stats = VARIANTS[variant_name](standing).match_batch(documents).stats
+    assert stats.candidates_per_doc == (len(expected[0]), 1, 0)
+    assert [name for name, _ in expected[1]] == ["pair_w4"]
