@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events import SEQ_FIELD, STREAM_FIELD
+from cep.events import STREAM_FIELD
 from cep.processor import must_see_every_event
 
 __all__ = ["needed_rows"]
@@ -50,8 +50,11 @@ def needed_rows(processor: Any, events: Sequence[dict[str, Any] | None]) -> np.n
         if schema is None or any(must_see_every_event(rule) for rule in readers):
             keep[index] = True
             continue
-        frame = pd.DataFrame.from_records(
-            [{k: v for k, v in events[i].items() if k != SEQ_FIELD} for i in rows]
+        # Only the declared fields: conditions read nothing else, and building the columns
+        # field by field is several times cheaper than a frame of whole records.
+        rows_here = [events[i] for i in rows]
+        frame = pd.DataFrame(
+            {name: [e.get(name) for e in rows_here] for name in schema.fields}
         )
         normalised, _, bad = schema.normalise_frame(frame)
         for position, _reason, _detail in bad:

@@ -1,0 +1,95 @@
+"""The operator's column-wise row filter: which rows a rule processor needs, and that skipping
+the others changes no output."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pandas as pd
+
+import spark_udf.batch as batch
+from spark_udf.batch import SEQ_COLUMN, TIME_COLUMN, EventLayout, process_bucket
+from spark_udf.bucket_state import BucketState
+from spark_udf.relevance import needed_rows
+from spark_udf.rules import processor_specs
+
+STREAM = """
+stream txn (card_id string, amount float, merchant string, ts timestamp)
+  time ts unit ms lateness 5s
+"""
+RELAXED = STREAM + """
+rule card_testing from txn by card_id
+  pattern probe{3,} big
+  define probe as amount < 1.00, big as amount > 500 and merchant != last(probe).merchant
+  within 10m
+"""
+STRICT = STREAM + """
+rule rising from txn by card_id contiguity strict
+  pattern a b define a as amount > 10, b as amount > prev(amount)
+"""
+BASE_MS = 1_767_225_600_000
+
+
+def _processor(program: str):
+    (spec,), _ = processor_specs(program)
+    return spec.processor
+
+
+def _events(n: int, seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        roll = rng.random()
+        amount = 0.5 if roll < 0.05 else (900.0 if roll < 0.08 else 20.0 + roll)
+        out.append({"stream": "txn", "card_id": f"c{rng.randrange(8)}", "amount": amount,
+                    "merchant": f"m{rng.randrange(3)}", "ts": BASE_MS + i * 500,
+                    SEQ_COLUMN: i})
+    return out
+
+
+def test_only_rows_some_variable_may_take_are_needed():
+    events = _events(200)
+    events[7] = {**events[7], "amount": "lots"}   # invalid: kept for its dead letter
+    events[9] = None                               # unparsable row
+    events[11] = {**events[11], "stream": "other"}
+    keep = needed_rows(_processor(RELAXED), events)
+    for i, event in enumerate(events):
+        if i == 7:
+            assert keep[i]
+        elif event is None or event["stream"] != "txn":
+            assert not keep[i]
+        else:
+            assert keep[i] == (event["amount"] < 1.0 or event["amount"] > 500), i
+    assert 0 < keep.sum() < len(events) // 4
+    # strict contiguity (and prev) must see every row
+    assert needed_rows(_processor(STRICT), events) is not None
+    assert needed_rows(_processor(STRICT), events)[[0, 1, 2]].all()
+
+
+def test_skipping_rows_changes_no_output(monkeypatch):
+    events = _events(3_000, seed=4)
+    for i in range(100, 3_000, 300):   # card-testing bursts
+        card = f"c{i % 8}"
+        for j in range(4):
+            events[i + j] = {**events[i + j], "card_id": card, "amount": 0.4,
+                             "merchant": "m9"}
+        events[i + 4] = {**events[i + 4], "card_id": card, "amount": 950.0, "merchant": "m1"}
+    layout = EventLayout(event_columns=("stream", "card_id", "amount", "merchant", "ts",
+                                        SEQ_COLUMN), int_columns=frozenset({"ts", SEQ_COLUMN}))
+    frame = pd.DataFrame(events)
+    frame[TIME_COLUMN] = frame["ts"]
+
+    def run() -> list[str]:
+        processor = _processor(RELAXED)
+        bucket = BucketState()
+        records = process_bucket(processor, bucket, [frame], layout, BASE_MS).records
+        for text, slot in list(bucket.keys.items()):
+            result = processor.close(tuple(json.loads(text)), slot.state)
+            records += [{"payload": json.dumps(m)} for m in result.outputs]
+        return sorted(r["payload"] for r in records)
+
+    filtered = run()
+    monkeypatch.setattr(batch, "needed_rows", lambda processor, events: None)
+    assert filtered == run()
+    assert len(filtered) >= 9
