@@ -25,8 +25,23 @@ def iso_utc(ms: int | float) -> str:
     >>> iso_utc(1_700_000_000_123)
     '2023-11-14T22:13:20.123Z'
     """
-    moment = datetime.fromtimestamp(int(ms) / 1000.0, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(ms) % 1000:03d}Z"
+    ms = int(ms)
+    day, rest = divmod(ms, _DAY_MS)
+    date = _DAYS.get(day)
+    if date is None:
+        # Matches come in bursts from the same days: format each day's date once.
+        if len(_DAYS) > 4096:
+            _DAYS.clear()
+        moment = datetime.fromtimestamp(day * 86_400, tz=UTC)
+        date = _DAYS[day] = moment.strftime("%Y-%m-%dT")
+    seconds, millis = divmod(rest, 1000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    return f"{date}{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
+
+
+_DAY_MS = 86_400_000
+_DAYS: dict[int, str] = {}
 
 
 def match_id_of(

@@ -9,6 +9,7 @@ reduced to *letters* (one per variable occurrence, a TAKE edge) with the ordered
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -24,12 +25,14 @@ from query_lang.errors import VigilError
 
 __all__ = [
     "DEFAULT_MAX_PARTIALS",
+    "BatchCondition",
     "ClosureItem",
     "CompiledRule",
     "Condition",
     "Letter",
     "RuleCompileError",
     "compile_rule",
+    "prev_column",
 ]
 
 #: Default cap on partial matches per (rule, key); see docs/semantics.md for the measurement.
@@ -54,6 +57,30 @@ class RuleCompileError(VigilError, EngineError, ValueError):
     """
 
 
+def prev_column(name: str, n: int) -> str:
+    """The column that holds ``prev(name, n)`` in a frame given to :class:`BatchCondition`."""
+    return f"\0prev{n}\0{name}"
+
+
+@dataclass(frozen=True)
+class BatchCondition:
+    """An exact column-wise form of a condition that reads the current event and ``prev``.
+
+    Attributes
+    ----------
+    evaluate:
+        ``fn(DataFrame) -> bool ndarray``, equal row by row to the predicate. The frame holds
+        the current event's fields and, for each ``(f, n)`` of :attr:`reads` with ``n > 0``,
+        the column :func:`prev_column` ``(f, n)``: field ``f`` of the n-th previous event of the
+        partition, null before the first event.
+    reads:
+        ``(field, n)`` pairs the evaluation reads: ``n == 0`` for the current event.
+    """
+
+    evaluate: Callable[[pd.DataFrame], np.ndarray]
+    reads: tuple[tuple[str, int], ...]
+
+
 @dataclass(frozen=True)
 class Condition:
     """What an event must satisfy to bind to (or, for ``!x``, to violate) a variable.
@@ -73,6 +100,10 @@ class Condition:
         The predicate reads earlier bindings (``a.f``, ``last(v).f``, aggregates).
     prev_depth:
         Largest ``n`` of a ``prev(f, n)`` the predicate reads (0: none).
+    batch:
+        The exact column-wise form over the current event and ``prev`` (None when the
+        predicate reads earlier variables or an expression has no column-wise form); used by
+        the strict-contiguity scan (:mod:`cep.strict`).
     """
 
     predicate: Callable[[Mapping[str, Any], Any], bool] | None = None
@@ -80,6 +111,7 @@ class Condition:
     stream: str | None = None
     reads_variables: bool = False
     prev_depth: int = 0
+    batch: BatchCondition | None = None
 
     @property
     def reads_prev(self) -> bool:
@@ -513,6 +545,7 @@ def _define_condition(
             columnar = compiler.compile_columnar_predicate(d.condition, scope)
         else:
             columnar = _prefilter(compiler, d.condition, scope)
+        batch = None if reads_vars else _batch_condition(compiler, d.condition, scope, columnar)
     except compiler.CompileError as exc:
         raise RuleCompileError(
             f"rule {rule.name}: condition of {d.var}: {getattr(exc, 'message', exc)}",
@@ -524,7 +557,52 @@ def _define_condition(
         stream=d.stream,
         reads_variables=reads_vars,
         prev_depth=depth,
+        batch=batch,
     )
+
+
+def _without_prev(expr: Any) -> Any:
+    """``expr`` with every ``prev(f, n)`` replaced by a read of the column ``prev_column(f, n)``."""
+    if isinstance(expr, ast.Prev):
+        return ast.FieldRef(prev_column(expr.name, expr.n), None, expr.span)
+    if not isinstance(expr, ast.Node):
+        return expr
+    changes = {}
+    for name in expr.__dataclass_fields__:
+        if name == "span":
+            continue
+        value = getattr(expr, name)
+        if isinstance(value, ast.Node):
+            new = _without_prev(value)
+        elif isinstance(value, tuple):
+            new = tuple(_without_prev(v) for v in value)
+        else:
+            continue
+        if new is not value and new != value:
+            changes[name] = new
+    return dataclasses.replace(expr, **changes) if changes else expr
+
+
+def _batch_condition(
+    compiler: Any, expr: ast.Expr, scope: Any, columnar: Any
+) -> BatchCondition | None:
+    """The exact column-wise form of a condition over the current event and ``prev``."""
+    rewritten = _without_prev(expr)
+    if not compiler.is_columnar(rewritten, scope):
+        return None
+    prev_names = {}
+    for node in _walk_expr(expr):
+        if isinstance(node, ast.Prev):
+            prev_names[prev_column(node.name, node.n)] = (node.name, node.n)
+    reads = tuple(
+        sorted(prev_names.get(f, (f, 0)) for f in compiler.referenced_fields(rewritten, scope))
+    )
+    evaluate = (
+        columnar
+        if columnar is not None and not prev_names
+        else compiler.compile_columnar_predicate(rewritten, scope)
+    )
+    return BatchCondition(evaluate, reads)
 
 
 def _prefilter(compiler: Any, expr: ast.Expr, scope: Any) -> Any:

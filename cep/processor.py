@@ -143,6 +143,9 @@ class RuleProcessor:
     dropped_partials:
         Counter (rule name -> partial matches dropped by the ``max_partials`` cap) to which the
         counts of rule states are added when they are discarded; the live states keep their own.
+    fast_strict:
+        Let :meth:`run_batch` run rules that :func:`cep.strict.qualifies` as a column-wise scan
+        (with the default runtime only); the result is the same either way.
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class RuleProcessor:
         lateness_ms: int | None = None,
         runtime: RuleRuntime | None = None,
         dropped_partials: Counter[str] | None = None,
+        fast_strict: bool = True,
     ) -> None:
         if not rules:
             raise EngineError("a RuleProcessor needs at least one rule")
@@ -177,6 +181,11 @@ class RuleProcessor:
             for name, decl in streams.items()
         }
         self.runtime: RuleRuntime = runtime if runtime is not None else _DefaultRuntime()
+        self._fast: frozenset[int] = frozenset()
+        if fast_strict and runtime is None:
+            from cep import strict
+
+            self._fast = frozenset(i for i, r in enumerate(self.rules) if strict.qualifies(r))
         by_stream: dict[str, list[tuple[int, Any]]] = {}
         for index, rule in enumerate(self.rules):
             for stream in rule.streams:
@@ -270,6 +279,65 @@ class RuleProcessor:
         event, so where the caller's watermark happens to stand never changes what a key
         reports.
         """
+        self._run_rules(key, state, items, outputs, frozenset())
+
+    def run_batch(
+        self,
+        jobs: Sequence[tuple[tuple, KeyState, Sequence[tuple[Event, Sequence[int] | None]]]],
+        outputs: list[dict[str, Any]],
+    ) -> None:
+        """:meth:`run_events` for several keys: ``(key, state, items)`` per key.
+
+        Rules that :func:`cep.strict.qualifies` are run for all keys at once: their conditions
+        are evaluated column-wise over every key's events and each key's runs advance by
+        :func:`cep.strict.process_events`. The outputs equal those of :meth:`run_events` called
+        per key, in the order that matters (per rule, keys in the order given).
+        """
+        fast = self._fast
+        if len(fast) < len(self.rules):
+            for key, state, items in jobs:
+                self._run_rules(key, state, items, outputs, fast)
+        if not fast:
+            return
+        from cep import strict
+
+        new_state = self.runtime.new_state
+        for index in sorted(fast):
+            rule = self.rules[index]
+            streams = rule.streams
+            work = []
+            for key, state, items in jobs:
+                events = [
+                    e
+                    for e, masks in items
+                    if e.stream in streams
+                    and (masks is None or masks[index] is not NOT_REGISTERED)
+                ]
+                if events:
+                    st = state.rules.get(rule.name)
+                    work.append((key, state, st, events))
+            if not work:
+                continue
+            bits = strict.condition_bits(
+                rule, [(st.history if st is not None else (), ev) for _, _, st, ev in work]
+            )
+            for (key, state, st, events), key_bits in zip(work, bits, strict=True):
+                if st is None:
+                    st = state.rules[rule.name] = new_state(rule, key)
+                found = strict.process_events(rule, st, events, key_bits)
+                if found:
+                    _extend(outputs, found)
+                if st.is_empty:
+                    self._retire(state.rules, rule.name)
+
+    def _run_rules(
+        self,
+        key: tuple,
+        state: KeyState,
+        items: Iterable[tuple[Event, Sequence[int] | None]],
+        outputs: list[dict[str, Any]],
+        skip: frozenset[int],
+    ) -> None:
         process_event = self.runtime.process_event
         new_state = self.runtime.new_state
         rule_states = state.rules
@@ -278,6 +346,8 @@ class RuleProcessor:
         start = self._start_bits
         for event, masks in items:
             for index, rule in by_stream.get(event.stream, ()):
+                if index in skip:
+                    continue
                 mask = None if masks is None else masks[index]
                 if mask is not None:
                     if mask is NOT_REGISTERED:

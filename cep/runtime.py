@@ -185,8 +185,8 @@ class RuleState:
 
     __slots__ = (
         "key", "pos", "watermark", "resume", "dropped_partials", "partials", "held",
-        "absences", "runs", "history", "born", "held_ids", "last_ts", "events_seen",
-        "fingerprint", "within",
+        "absences", "_runs", "lazy_runs", "history", "born", "held_ids", "last_ts",
+        "events_seen", "fingerprint", "within",
     )
 
     def __init__(self, fingerprint: bytes = b"\0" * 8, within: int | None = None) -> None:
@@ -200,7 +200,10 @@ class RuleState:
         self.partials: list[_Partial] = []
         self.held: list[_Held] = []
         self.absences: list[_Absence] = []
-        self.runs: list[_StrictRun] = []
+        self._runs: list[_StrictRun] = []
+        # Strict runs left by the column-wise scan (cep.strict) in its abstract form; they are
+        # built into ``runs`` on first access, so only the scan's next call skips that work.
+        self.lazy_runs: Any = None
         self.history: list[Mapping[str, Any]] = []
         self.born = 0
         self.held_ids = 0
@@ -208,9 +211,25 @@ class RuleState:
         self.events_seen = 0
 
     @property
+    def runs(self) -> list[_StrictRun]:
+        """Live runs under strict contiguity, in start order."""
+        if self.lazy_runs is not None:
+            self._runs = self.lazy_runs.concrete()
+            self.lazy_runs = None
+        return self._runs
+
+    @runs.setter
+    def runs(self, runs: list[_StrictRun]) -> None:
+        self._runs = runs
+        self.lazy_runs = None
+
+    @property
     def is_empty(self) -> bool:
         """True when nothing is pending, so the caller may drop the stored state."""
-        return not (self.partials or self.held or self.absences or self.runs or self.history)
+        return not (
+            self.partials or self.held or self.absences or self._runs or self.lazy_runs
+            or self.history
+        )
 
     @property
     def partial_count(self) -> int:
@@ -229,7 +248,8 @@ class RuleState:
         if self.within is not None:
             # Expiring partial matches produce no output but let the caller drop the state.
             deadlines.extend(p.start_ts + self.within for p in self.partials)
-            deadlines.extend(r.start_ts + self.within for r in self.runs)
+            runs = self.lazy_runs.runs if self.lazy_runs is not None else self._runs
+            deadlines.extend(r.start_ts + self.within for r in runs)
         finite = [d for d in deadlines if d != _INF]
         return int(min(finite)) + 1 if finite else None
 
