@@ -21,7 +21,7 @@ from cep.keyed import KeyedProcessor, ProcessResult
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
 from spark_udf.records import dead_letter_record, key_text, match_record
-from spark_udf.relevance import needed_rows
+from spark_udf.relevance import needed_rows, needed_rows_from_json
 
 __all__ = [
     "ARRIVAL_COLUMN",
@@ -224,6 +224,8 @@ def _group_by_key(
     late: np.ndarray | None,
     watermark_ms: int | None,
     run: BucketRun,
+    *,
+    filtered: bool = False,
 ) -> dict[tuple, tuple[list[dict[str, Any]], list[int | None]]]:
     groups: dict[tuple, tuple[list[dict[str, Any]], list[int | None]]] = {}
     wanted = _StreamFilter(processor)
@@ -232,7 +234,7 @@ def _group_by_key(
     own_late = getattr(processor, "handles_late", False)
     # Rows no rule condition can take are skipped before per-event work, as the embedded
     # engine skips them; late ones are still reported late.
-    needed = needed_rows(processor, events)
+    needed = None if filtered else needed_rows(processor, events)
     for i, event in enumerate(events):
         if event is None or not wanted(event):
             continue
@@ -308,12 +310,26 @@ def process_bucket(
     run = BucketRun(records=[])
     if frame.empty:
         return run
+    run.events = len(frame)
+    filtered = False
+    if layout.json_column is not None and TIME_COLUMN in frame.columns:
+        stamps = frame[TIME_COLUMN]
+        if not stamps.isna().any():
+            stamps = stamps.to_numpy(dtype=np.int64)
+            needed = needed_rows_from_json(
+                processor, frame[layout.json_column].tolist(), stamps, layout.default_stream
+            )
+            if needed is not None:
+                # Only the rows a rule may take, and late rows (reported with their content),
+                # become Python objects.
+                frame = frame[needed | (stamps < watermark_ms)]
+                filtered = True
     events, bad = frame_events(frame, layout)
     run.records.extend(dead_letter_record(letter) for letter in bad)
     times = _times_of(frame)
-    run.events = len(frame)
     late = np.array([t is not None and t < watermark_ms for t in times], dtype=bool)
-    groups = _group_by_key(processor, events, times, late, watermark_ms, run)
+    groups = _group_by_key(processor, events, times, late, watermark_ms, run,
+                           filtered=filtered)
     run.keys = len(groups)
     for key, (key_events, key_times) in groups.items():
         text = key_text(key)

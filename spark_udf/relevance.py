@@ -10,16 +10,19 @@ the few rows that matter, as in the embedded engine.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+from pyarrow import json as pa_json
 
 from cep.events import STREAM_FIELD
 from cep.processor import must_see_every_event
 
-__all__ = ["needed_rows"]
+__all__ = ["needed_rows", "needed_rows_from_json"]
 
 
 def needed_rows(processor: Any, events: Sequence[dict[str, Any] | None]) -> np.ndarray | None:
@@ -69,4 +72,89 @@ def needed_rows(processor: Any, events: Sequence[dict[str, Any] | None]) -> np.n
             wanted |= np.asarray(rule.columnar_mask(view), dtype=np.int64) != 0
         positions = normalised.index.to_numpy()[wanted]
         keep[index[positions]] = True
+    return keep
+
+
+_ARROW_TYPES = {
+    "float": pa.float64(),
+    "int": pa.int64(),
+    "bool": pa.bool_(),
+    "string": pa.string(),
+    "text": pa.string(),
+}
+
+
+def needed_rows_from_json(
+    processor: Any,
+    texts: Sequence[Any],
+    times: np.ndarray,
+    default_stream: str | None,
+) -> np.ndarray | None:
+    """:func:`needed_rows` straight from the rows' JSON text, parsed column by column in C
+    (``pyarrow.json``) instead of one ``json.loads`` per row, so the rows a rule cannot take
+    are never turned into Python objects.
+
+    ``times`` are the rows' event times in ms (computed by Spark). Returns ``None`` when this
+    shortcut does not apply — a processor without compiled rules, a stream with field types
+    other than numbers, booleans and strings, a rule that must see every row, or any row that
+    is not a JSON object of the declared types (the caller then parses row by row, which
+    reports those rows with their reasons).
+    """
+    rules = getattr(processor, "rules", None)
+    schemas = getattr(processor, "schemas", None)
+    if not rules or schemas is None or not all(hasattr(r, "columnar_mask") for r in rules):
+        return None
+    if any(must_see_every_event(rule) for rule in rules):
+        return None
+    streams = sorted({s for rule in rules for s in rule.streams})
+    fields: dict[str, pa.DataType] = {STREAM_FIELD: pa.string()}
+    for stream in streams:
+        schema = schemas.get(stream)
+        if schema is None or schema.epoch_unit_ms != 1:
+            return None
+        for name, kind in schema.fields.items():
+            if name == schema.time_field:
+                continue
+            arrow = _ARROW_TYPES.get(kind)
+            if arrow is None or fields.get(name, arrow) != arrow:
+                return None
+            fields[name] = arrow
+    if not len(texts) or not all(isinstance(t, str) for t in texts):
+        return None
+    options = pa_json.ParseOptions(
+        explicit_schema=pa.schema(list(fields.items())), unexpected_field_behavior="ignore"
+    )
+    try:
+        table = pa_json.read_json(
+            io.BytesIO("\n".join(texts).encode("utf-8")), parse_options=options
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeEncodeError):
+        return None
+    if table.num_rows != len(texts):
+        return None  # a text held a line break or several objects: parse row by row
+    frame = table.to_pandas()
+    stream_of_row = frame[STREAM_FIELD]
+    if default_stream is not None:
+        stream_of_row = stream_of_row.fillna(default_stream)
+    keep = np.zeros(len(frame), dtype=bool)
+    for stream in streams:
+        rows = np.flatnonzero((stream_of_row == stream).to_numpy())
+        if not len(rows):
+            continue
+        schema = schemas[stream]
+        part = frame.iloc[rows].drop(columns=[STREAM_FIELD]).reset_index(drop=True)
+        part[schema.time_field] = np.asarray(times, dtype=np.int64)[rows]
+        normalised, _, bad = schema.normalise_frame(part)
+        for position, _reason, _detail in bad:
+            keep[rows[position]] = True
+        if normalised.empty:
+            continue
+        readers = [rule for rule in rules if stream in rule.streams]
+        view = normalised
+        if any(len(rule.streams) > 1 for rule in readers):
+            view = normalised.assign(**{STREAM_FIELD: stream})
+        wanted = np.zeros(len(normalised), dtype=bool)
+        for rule in readers:
+            wanted |= np.asarray(rule.columnar_mask(view), dtype=np.int64) != 0
+        keep[rows[normalised.index.to_numpy()[wanted]]] = True
     return keep

@@ -93,3 +93,66 @@ def test_skipping_rows_changes_no_output(monkeypatch):
     monkeypatch.setattr(batch, "needed_rows", lambda processor, events: None)
     assert filtered == run()
     assert len(filtered) >= 9
+
+
+def test_the_json_shortcut_agrees_with_the_row_by_row_filter():
+    from spark_udf.relevance import needed_rows_from_json
+
+    events = _events(500, seed=2)
+    processor = _processor(RELAXED)
+    texts = [json.dumps({k: v for k, v in e.items() if k != SEQ_COLUMN}) for e in events]
+    times = [e["ts"] for e in events]
+    keep = needed_rows_from_json(processor, texts, times, None)
+    assert keep is not None and keep.sum() > 0
+    assert (keep == needed_rows(processor, events)).all()
+    # rows the declared types do not fit, non-objects and broken JSON: parse row by row
+    for odd in ('{"amount": "lots", "stream": "txn"}', "[1, 2]", "{broken"):
+        assert needed_rows_from_json(processor, [*texts[:5], odd], times[:6], None) is None
+    # strict contiguity must see every row: no shortcut
+    assert needed_rows_from_json(_processor(STRICT), texts, times, None) is None
+
+
+def test_json_rows_skipped_by_the_shortcut_change_no_output(monkeypatch):
+    import spark_udf.relevance as relevance
+
+    events = _events(2_000, seed=6)
+    for i in range(50, 2_000, 250):
+        card = f"c{i % 8}"
+        for j in range(3):
+            events[i + j] = {**events[i + j], "card_id": card, "amount": 0.3, "merchant": "m9"}
+        events[i + 3] = {**events[i + 3], "card_id": card, "amount": 700.0, "merchant": "m2"}
+    frame = pd.DataFrame({
+        SEQ_COLUMN: [e[SEQ_COLUMN] for e in events],
+        "_event": [json.dumps({k: v for k, v in e.items() if k not in ("stream", SEQ_COLUMN)})
+                   for e in events],
+        TIME_COLUMN: [e["ts"] for e in events],
+    })
+    layout = EventLayout(event_columns=(SEQ_COLUMN,), json_column="_event",
+                         int_columns=frozenset({SEQ_COLUMN}), default_stream="txn")
+    calls = []
+    shortcut = relevance.needed_rows_from_json
+
+    def counted(*args):
+        result = shortcut(*args)
+        calls.append(result is not None)
+        return result
+
+    def run() -> list[str]:
+        processor = _processor(RELAXED)
+        bucket = BucketState()
+        # late rows (behind the watermark) are still reported, with their content
+        records = process_bucket(processor, bucket, [frame], layout, BASE_MS + 2_000).records
+        for text, slot in list(bucket.keys.items()):
+            result = processor.close(tuple(json.loads(text)), slot.state)
+            records += [{"payload": json.dumps(m)} for m in result.outputs]
+        return sorted(r["payload"] for r in records)
+
+    monkeypatch.setattr(batch, "needed_rows_from_json", counted)
+    filtered = run()
+    assert calls == [True]
+    monkeypatch.setattr(batch, "needed_rows_from_json", lambda *args: None)
+    monkeypatch.setattr(batch, "needed_rows", lambda processor, events: None)
+    assert filtered == run()
+    rows = [json.loads(p) for p in filtered]
+    assert sum(r.get("reason") == "late" for r in rows) == 4   # BASE_MS + 0..1500 < 2 s
+    assert sum(r.get("kind") == "rule" for r in rows) >= 8
