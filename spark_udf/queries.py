@@ -1,12 +1,15 @@
 """Standing ``query`` blocks on Spark: the percolator runs inside each partition's Python
 worker over the raw events, with the same analysis, index and match objects as the embedded
-engine (:mod:`cep.standing`). Matching a document needs no state, so no shuffle either.
+engine (:mod:`cep.standing`). Matching a document needs no state, so no shuffle either. The
+query index is built once per Python worker (Spark reuses them) and rebuilt only when the
+queries change.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pandas as pd
@@ -15,6 +18,7 @@ from pyspark.sql import DataFrame
 from cep.engine import Engine
 from cep.events import BadEventError, stream_of
 from query_lang import ast
+from query_lang.printer import print_declaration
 from spark_udf.batch import SEQ_COLUMN
 from spark_udf.operator import OUTPUT_SCHEMA
 from spark_udf.records import OUTPUT_COLUMNS
@@ -28,6 +32,28 @@ def _queries(program: Any) -> tuple[list[ast.QueryDecl], dict[str, ast.StreamDec
     engine.register(program)
     decls = [d for d in engine.declarations if isinstance(d, ast.QueryDecl)]
     return decls, dict(engine.streams)
+
+
+_INDEXES: dict[str, tuple[Any, dict[str, Any]]] = {}
+"""Query indexes built in this Python worker, by fingerprint of the queries and streams: Spark
+reuses its workers, so a worker builds the index once and every later micro-batch and
+partition it serves reuses it; changed queries have another fingerprint and get a new one."""
+
+
+def _index(
+    fingerprint: str, decls: Sequence[ast.QueryDecl], streams: dict[str, ast.StreamDecl]
+) -> tuple[Any, dict[str, Any]]:
+    from cep.events import StreamSchema
+    from cep.standing import StandingQueries
+
+    found = _INDEXES.get(fingerprint)
+    if found is None:
+        standing = StandingQueries()
+        standing.add(standing.compile(list(decls), streams, {}), streams)
+        schemas = {name: StreamSchema.from_decl(d) for name, d in streams.items()}
+        _INDEXES.clear()  # one program per worker at a time: drop the previous index
+        found = _INDEXES[fingerprint] = (standing, schemas)
+    return found
 
 
 def query_names(program: Any) -> list[str]:
@@ -47,16 +73,13 @@ def query_outputs(
     decls, streams = _queries(program)
     if not decls:
         return None
-    shipped = (tuple(decls), streams, stream, json_col)
+    text = "\n".join(print_declaration(d) for d in [*streams.values(), *decls])
+    fingerprint = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    shipped = (tuple(decls), streams, stream, json_col, fingerprint)
 
     def match_partition(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        from cep.events import StreamSchema
-        from cep.standing import StandingQueries
-
-        query_decls, stream_decls, bound, column = shipped
-        standing = StandingQueries()
-        standing.add(standing.compile(list(query_decls), stream_decls, {}), stream_decls)
-        schemas = {name: StreamSchema.from_decl(d) for name, d in stream_decls.items()}
+        query_decls, stream_decls, bound, column, key = shipped
+        standing, schemas = _index(key, query_decls, stream_decls)
         for frame in frames:
             rows: list[dict[str, Any]] = []
             seqs = frame[SEQ_COLUMN].tolist() if SEQ_COLUMN in frame else range(len(frame))
