@@ -20,23 +20,28 @@ other ``float`` (fractional, inf, NaN)    IEEE-754 float64 bits, little-endian  
 ========================================  ====================================  ===============
 
 So values that compare equal in Python hash equal (``1 == 1.0 == True``; ``-0.0 == 0``), while
-``"a"`` and ``b"a"`` differ. Numpy scalars hash like the Python values they hold. For 8-byte
-inputs xxh3 is a short closed formula, which this module evaluates on whole int64/float64 arrays
-with numpy; strings and bytes go through the ``xxhash`` C implementation one value at a time.
+``"a"`` and ``b"a"`` differ. Numpy scalars hash like the Python values they hold. For inputs of
+up to 128 bytes xxh3 is a short closed formula, which this module evaluates with numpy on whole
+arrays: int64/float64 arrays directly, strings and bytes after packing them Arrow-style
+(offsets + one data buffer, see `sketches._xxh3`). Longer strings and bytes (for Python
+objects, those over 64 bytes, where the closed form stops paying) go through the ``xxhash`` C
+implementation one value at a time.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import xxhash
 
+from sketches._xxh3 import MAX_CLOSED_FORM_LENGTH, xxh3_64_packed, xxh3_64_spans
 from sketches.errors import UnsupportedValueError
 
 __all__ = [
@@ -78,6 +83,14 @@ _PRIME_MX2 = np.uint64(0x9FB21C651E98DF25)
 _U8, _U15, _U24, _U28, _U32, _U35, _U40, _U49 = (
     np.uint64(shift) for shift in (8, 15, 24, 28, 32, 35, 40, 49)
 )
+
+# Values per batch on the string path: a batch's numpy temporaries stay in the L2 cache.
+_STRING_BATCH = 16384
+# Longer strings of a Python str batch go to the xxhash C function one at a time: past two
+# pairs of 16-byte blocks, that beats the numpy closed form (see bench/results/sketches.md).
+_PACKED_MAX_LENGTH = 64
+# np.strings (numpy >= 2) has a vectorised str_len; np.char's loops over Python objects.
+_str_len = getattr(np, "strings", np.char).str_len
 
 _xxh3 = xxhash.xxh3_64_intdigest
 _pack_int64 = struct.Struct("<q").pack
@@ -169,9 +182,13 @@ def _hash_float(value: float) -> int:
 def hash_values(values: Any) -> np.ndarray:
     """Hash a scalar or a collection of values to a ``uint64`` array, one hash per value.
 
-    int64, float64, bool and other numeric numpy arrays are hashed without a Python loop;
-    strings and bytes call the xxhash C function per value; columns of mixed types fall back
-    to :func:`hash_value` per value. The result always equals ``[hash_value(v) for v in values]``.
+    int64, float64, bool and other numeric numpy arrays are hashed without a Python loop, and
+    so are strings and bytes (lists, object arrays, numpy ``U``/``S`` arrays, pandas string
+    columns with Python or Arrow storage) after one conversion to Arrow's packed layout, up to
+    64 bytes for Python objects and 128 bytes otherwise; longer ones call the xxhash C function
+    per value; columns of mixed types fall back to :func:`hash_value` per value. The result
+    always equals ``[hash_value(v) for v in values]`` (with missing values of pandas extension
+    columns as ``None``).
 
     Parameters
     ----------
@@ -196,6 +213,9 @@ def hash_values(values: Any) -> np.ndarray:
     if is_scalar(values):
         item = values.item() if isinstance(values, np.ndarray) else values
         return np.array([hash_value(item)], dtype=np.uint64)
+    strings = _arrow_strings(values)
+    if strings is not None:
+        return _hash_arrow(strings, SEED_STR)
     array = as_value_array(values)
     kind = array.dtype.kind
     if kind in "bi" or (kind == "u" and array.dtype.itemsize < 8):
@@ -204,8 +224,10 @@ def hash_values(values: Any) -> np.ndarray:
         return _hash_uint64(array)
     if kind == "f":
         return _hash_float64(array.astype(np.float64, copy=False))
-    if kind in "US":
-        return _hash_objects(array.astype(object))
+    if kind == "U":
+        return _hash_unicode(array)
+    if kind == "S":
+        return _hash_fixed_width(_code_units(array, np.uint8), SEED_BYTES)
     if kind == "O":
         return _hash_objects(array)
     raise UnsupportedValueError(f"cannot hash an array of dtype {array.dtype}")
@@ -246,9 +268,47 @@ def as_value_array(values: Any) -> np.ndarray:
 
 
 def _hash_objects(array: np.ndarray) -> np.ndarray:
-    # Optimistically all strings, the common case: map() over C functions keeps the loop out
-    # of the interpreter, and skipping the type inference saves a tenth of the time. The first
-    # non-string raises TypeError at once; a lone surrogate needs the slow path's error mode.
+    first = array[0] if len(array) else None
+    if not isinstance(first, str) and first is not None:
+        return _hash_mixed(array)
+    # Optimistically a column of strings (and None), the common case, batch by batch.
+    hashes = np.empty(len(array), dtype=np.uint64)
+    for start in range(0, len(array), _STRING_BATCH):
+        batch = array[start : start + _STRING_BATCH]
+        hashes[start : start + len(batch)] = _hash_string_batch(batch)
+    return hashes
+
+
+def _hash_string_batch(batch: np.ndarray) -> np.ndarray:
+    if _mostly_long(batch):
+        return _hash_mixed(batch)
+    try:
+        # Arrow infers the string type only when every value is a str or None (the only null
+        # without from_pandas); any other mix is left to the general path, and so is every
+        # conversion error (lone surrogates, which only that path encodes, among them).
+        packed = pa.array(batch, from_pandas=False)
+    except Exception:
+        return _hash_mixed(batch)
+    if not isinstance(packed, pa.Array) or packed.type != pa.string():
+        return _hash_mixed(batch)
+    return _hash_packed(
+        packed,
+        SEED_STR,
+        max_length=_PACKED_MAX_LENGTH,
+        hash_long=lambda index: _hash_mixed(batch[index]),
+    )
+
+
+def _mostly_long(batch: np.ndarray) -> bool:
+    """Whether most of a sample of the batch are strings longer than _PACKED_MAX_LENGTH."""
+    sample = batch[:: max(1, len(batch) // 64)]
+    long = sum(isinstance(v, str) and len(v) > _PACKED_MAX_LENGTH for v in sample)
+    return 2 * long > len(sample)
+
+
+def _hash_mixed(array: np.ndarray) -> np.ndarray:
+    # One map() over C functions per value when all are strings: the first non-string raises
+    # TypeError at once; a lone surrogate needs hash_value's error mode.
     try:
         encoded = map(str.encode, array)
         return np.fromiter(map(_xxh3, encoded, repeat(SEED_STR)), np.uint64, len(array))
@@ -256,7 +316,7 @@ def _hash_objects(array: np.ndarray) -> np.ndarray:
         pass
     inferred = pd.api.types.infer_dtype(array, skipna=False)
     if inferred == "bytes":
-        return np.fromiter(map(_xxh3, array, repeat(SEED_BYTES)), np.uint64, len(array))
+        return _hash_arrow(pa.array(array, type=pa.binary()), SEED_BYTES)
     if inferred in ("integer", "boolean"):
         try:
             return _hash_int64(array.astype(np.int64))
@@ -267,6 +327,106 @@ def _hash_objects(array: np.ndarray) -> np.ndarray:
     if inferred == "empty":
         return np.empty(0, dtype=np.uint64)
     return np.fromiter(map(hash_value, array), dtype=np.uint64, count=len(array))
+
+
+def _arrow_strings(values: Any) -> pa.Array | pa.ChunkedArray | None:
+    """The Arrow strings behind a pandas column with Arrow storage, or None for other input."""
+    if not isinstance(values, (pd.Series, pd.Index)):
+        return None
+    array = values.array
+    if not isinstance(array, pd.arrays.ArrowExtensionArray):
+        return None
+    data = array.__arrow_array__()
+    if pa.types.is_string_view(data.type):
+        return data.cast(pa.large_string())
+    if pa.types.is_string(data.type) or pa.types.is_large_string(data.type):
+        return data
+    return None
+
+
+def _hash_arrow(data: pa.Array | pa.ChunkedArray, seed: int) -> np.ndarray:
+    """Hash an Arrow string or binary array, batch by batch; nulls hash as None."""
+    chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+    hashes = np.empty(len(data), dtype=np.uint64)
+    start = 0
+    for chunk in chunks:
+        for offset in range(0, len(chunk), _STRING_BATCH):
+            batch = chunk.slice(offset, _STRING_BATCH)
+            hashes[start : start + len(batch)] = _hash_packed(batch, seed)
+            start += len(batch)
+    return hashes
+
+
+def _hash_packed(
+    array: pa.Array,
+    seed: int,
+    *,
+    max_length: int = MAX_CLOSED_FORM_LENGTH,
+    hash_long: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> np.ndarray:
+    """Hash one Arrow string or binary array (32- or 64-bit offsets); nulls hash as None.
+    ``max_length`` and ``hash_long`` are as in `sketches._xxh3.xxh3_64_packed`."""
+    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    offset_type = np.dtype(np.int64 if large else np.int32)
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(
+        offsets_buffer,
+        dtype=offset_type,
+        count=len(array) + 1,
+        offset=array.offset * offset_type.itemsize,
+    ).astype(np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    if first:
+        offsets -= first
+    if last > first:
+        data = np.frombuffer(data_buffer, dtype=np.uint8, count=last - first, offset=first)
+    else:
+        data = np.empty(0, dtype=np.uint8)
+    hashes = xxh3_64_packed(data, offsets, seed, max_length=max_length, hash_long=hash_long)
+    if array.null_count:
+        hashes[array.is_null().to_numpy(zero_copy_only=False)] = _HASH_NONE
+    return hashes
+
+
+def _hash_unicode(array: np.ndarray) -> np.ndarray:
+    """Hash a numpy ``U`` array; ASCII ones are packed by narrowing their UTF-32 code units."""
+    codes = _code_units(array, np.uint32)
+    hashes = np.empty(len(array), dtype=np.uint64)
+    for start in range(0, len(array), _STRING_BATCH):
+        batch = codes[start : start + _STRING_BATCH]
+        if batch.max(initial=0) < 0x80:
+            batch_hashes = _hash_fixed_width(batch.astype(np.uint8), SEED_STR)
+        else:
+            batch_hashes = _hash_objects(array[start : start + _STRING_BATCH].astype(object))
+        hashes[start : start + len(batch)] = batch_hashes
+    return hashes
+
+
+def _code_units(array: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+    """A ``U`` or ``S`` array's items as rows of code units (UTF-32 or bytes)."""
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    width = array.dtype.itemsize // np.dtype(dtype).itemsize
+    if width == 0 or len(array) == 0:
+        return np.zeros((len(array), width), dtype=dtype)
+    return array.view(dtype).reshape(len(array), width)
+
+
+def _hash_fixed_width(matrix: np.ndarray, seed: int) -> np.ndarray:
+    """Hash the rows of a ``uint8`` matrix as numpy reads its ``S`` items: without trailing
+    NUL bytes. The rows are hashed in place; the padding between them is never read."""
+    count, width = matrix.shape
+    if width == 0:
+        return np.full(count, _xxh3(b"", seed=seed), dtype=np.uint64)
+    hashes = np.empty(count, dtype=np.uint64)
+    for start in range(0, count, _STRING_BATCH):
+        batch = np.ascontiguousarray(matrix[start : start + _STRING_BATCH])
+        lengths = _str_len(batch.view(f"S{width}").reshape(-1)).astype(np.int64)
+        starts = np.arange(0, len(batch) * width, width, dtype=np.int64)
+        hashes[start : start + len(batch)] = xxh3_64_spans(
+            batch.reshape(-1), starts, starts + lengths, seed
+        )
+    return hashes
 
 
 def _xxh3_words(words: np.ndarray, seed: int) -> np.ndarray:
