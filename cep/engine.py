@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cep.columnar import Block, Chunk, ColumnBuffer
 from cep.events import (
     STREAM_FIELD,
     BadEventError,
@@ -29,6 +30,7 @@ from cep.events import (
     EventReason,
     StreamSchema,
     UnknownRuleError,
+    _column_values,
     dead_letter,
     plain_value,
     stream_of,
@@ -166,6 +168,12 @@ class Engine:
         self._standing = StandingQueries(lateness_ms)
         self._watermark = Watermark({})
         self._buffer = ReorderBuffer()
+        # Streams whose rows wait as columns (cep.columnar) and the key signature of the one
+        # group reading them; streams that qualify but still have events in self._buffer
+        # wait in _wanted until those are released.
+        self._columns = ColumnBuffer()
+        self._columnar: dict[str, tuple] = {}
+        self._wanted: dict[str, tuple] = {}
         self._timers: list[tuple[int, int, tuple, tuple]] = []
         self._scheduled: dict[tuple[tuple, tuple], int] = {}
         self._timer_seq = 0
@@ -302,6 +310,7 @@ class Engine:
             self._slot_of[decl.name] = self._next_slot
             self._next_slot += 1
             self._regroup(key_signature(rule))
+        self._plan_columns()
         return [decl.name for decl in [*rules_here, *standing_here]]
 
     def unregister(self, name: str) -> None:
@@ -330,6 +339,7 @@ class Engine:
                     del group.states[key]
                     self._scheduled.pop((signature, key), None)
         self._regroup(signature)
+        self._plan_columns()
 
     def _compile(self, decl: ast.RuleDecl, streams: Mapping[str, ast.StreamDecl], lists) -> Any:
         compile_rule = self._compile_rule
@@ -427,6 +437,10 @@ class Engine:
         if self._standing.reads(ev.stream):
             self._collect(self._standing.accept(ev))
         if any(ev.stream in g.readers for g in self._groups.values()):
+            if ev.stream in self._columnar:
+                # Rows fed one at a time go through the reorder buffer; the stream's held
+                # columns join them there so that each key still sees its events in order.
+                self._demote(ev.stream)
             self._buffer.push(ev.ts, seq, (ev, (None,) * self._next_slot))
         self._pump()
 
@@ -577,6 +591,8 @@ class Engine:
         met[order] = self._watermark.arrival_watermarks
 
         # 4. columnar masks, relevance, events
+        if self._wanted:
+            self._enable_columns()
         entries_ts: list[np.ndarray] = []
         entries_seq: list[np.ndarray] = []
         entries: list[tuple[Event, tuple]] = []
@@ -621,6 +637,14 @@ class Engine:
                 self._collect(
                     self._standing.accept_frame(name, normalised, ts, docs, seqs[ok_rows])
                 )
+            if name in self._columnar:
+                held = self._hold_columns(name, normalised, ts, seqs[ok_rows], positions[ok_rows])
+                if held is not None:
+                    events, rows = held
+                    entries.extend((e, (-1,) * self._next_slot) for e in events)
+                    entries_ts.append(ts[rows])
+                    entries_seq.append(seqs[ok_rows[rows]])
+                continue
             masks, relevant = self._masks(name, normalised)
             if masks is None:
                 continue
@@ -754,7 +778,7 @@ class Engine:
             },
             dropped_partials={k: v for k, v in drops.items() if v},
             keys=keys,
-            buffered=len(self._buffer),
+            buffered=len(self._buffer) + len(self._columns),
             watermark=self._watermark.current,
         )
 
@@ -765,6 +789,8 @@ class Engine:
         watermark = self._watermark.current
         released = self._buffer.release(watermark)
         outputs: list[dict[str, Any]] = []
+        for block in self._columns.release(watermark) if self._columns else ():
+            self._run_block(block, outputs)
         if released:
             # Events are grouped per key (keeping their order) so that each key's rules run
             # once per release; keys are independent, so this changes no result.
@@ -830,6 +856,141 @@ class Engine:
                 self._after(signature, group, key, state)
         outputs.extend(self._standing.advance(watermark))
         self._collect(outputs)
+
+    # ------------------------------------------------------------------ columnar route
+
+    def _plan_columns(self) -> None:
+        """Decide which streams' rows wait as columns (after the rules changed).
+
+        A stream qualifies when one group reads it, the group reads no other stream (so keys
+        and timers are met in the order the per-event dispatch meets them) and
+        :meth:`RuleProcessor.scan_streams` says its rules can run it column-wise. A stream
+        that stops qualifying has its held rows moved to the reorder buffer; one that starts
+        qualifying is held as columns once the reorder buffer has none of its events
+        (:meth:`_enable_columns`).
+        """
+        wanted: dict[str, tuple] = {}
+        if self.fast_strict and self._runtime is None:
+            readers: Counter[str] = Counter()
+            for group in self._groups.values():
+                readers.update(list(group.readers))
+            for signature, group in self._groups.items():
+                if len(group.readers) != 1:
+                    continue
+                for stream in group.processor.scan_streams():
+                    if readers[stream] == 1:
+                        wanted[stream] = signature
+        for stream, signature in list(self._columnar.items()):
+            if wanted.get(stream) != signature:
+                self._demote(stream)
+        self._wanted = {
+            s: sig for s, sig in wanted.items() if self._columnar.get(s) != sig
+        }
+        if self._wanted:
+            self._enable_columns()
+
+    def _enable_columns(self) -> None:
+        """Hold the wanted streams as columns from now on, those without buffered events."""
+        buffered = {payload[0].stream for _, _, payload in self._buffer.entries()}
+        for stream in [s for s in self._wanted if s not in buffered]:
+            self._columnar[stream] = self._wanted.pop(stream)
+
+    def _demote(self, stream: str) -> None:
+        """Move a stream's held rows to the reorder buffer as events; its next rows go there
+        too until :meth:`_enable_columns` holds it as columns again."""
+        signature = self._columnar.pop(stream)
+        self._wanted[stream] = signature
+        held = self._columns.take(stream)
+        if held:
+            # Every rule reading the stream runs as a scan, which reads a mask only to know
+            # whether the rule was registered when the event arrived.
+            entries = sorted(
+                ((ev.ts, ev.seq, (ev, (-1,) * width)) for ev, width in held),
+                key=lambda entry: (entry[0], entry[1]),
+            )
+            self._buffer.push_sorted(entries)
+
+    def _hold_columns(
+        self,
+        stream: str,
+        frame: pd.DataFrame,
+        ts: np.ndarray,
+        seqs: np.ndarray,
+        positions: np.ndarray,
+    ) -> tuple[list[Event], np.ndarray] | None:
+        """Hold accepted rows of a columnar stream; rows with a null key field become events
+        (returned with their row numbers) for the reorder buffer, which dead-letters them."""
+        schema = self._schemas[stream]
+        group = self._groups[self._columnar[stream]]
+        fields = group.processor.key_fields[stream]
+        null = np.zeros(len(frame), dtype=bool)
+        for name in fields:
+            if name not in frame.columns:
+                null[:] = True
+                break
+            null |= np.fromiter(
+                (v is None for v in _column_values(frame[name])), dtype=bool, count=len(frame)
+            )
+        missing = None
+        if null.any():
+            rows = np.flatnonzero(null)
+            missing = (
+                schema.events_from_frame(frame.iloc[rows], seqs[rows], positions[rows]),
+                rows,
+            )
+            keep = ~null
+            frame, ts, seqs, positions = frame[keep], ts[keep], seqs[keep], positions[keep]
+        if len(frame):
+            self._columns.push(Chunk(schema, frame, ts, seqs, positions, self._next_slot))
+        return missing
+
+    def _run_block(self, block: Block, outputs: list[dict[str, Any]]) -> None:
+        """Run released columnar rows: what the per-event dispatch does with their events."""
+        signature = self._columnar[block.stream]
+        group = self._groups[signature]
+        processor = group.processor
+        fields = processor.key_fields[block.stream]
+        index: dict[Any, int] = {}
+        if len(fields) == 1:
+            codes = [index.setdefault(v, len(index)) for v in block.column(fields[0])]
+            keys = [(v,) for v in index]
+        else:
+            codes = [
+                index.setdefault(k, len(index))
+                for k in zip(*[block.column(f) for f in fields], strict=True)
+            ]
+            keys = list(index)
+        states = group.states
+        key_states = []
+        for key in keys:
+            state = states.get(key)
+            if state is None:
+                state = states[key] = KeyState()
+            key_states.append(state)
+        code_array = np.asarray(codes, dtype=np.int64)
+        widths = block.widths()
+        for rule_index in processor.scan_rules(block.stream):
+            slot = group.slots[rule_index]
+            seen = widths > slot
+            if seen.all():
+                order = np.argsort(code_array, kind="stable")
+            else:
+                chosen = np.flatnonzero(seen)
+                order = chosen[np.argsort(code_array[chosen], kind="stable")]
+            if len(order) == 0:
+                continue
+            part = block.select(order)
+            sorted_codes = code_array[order]
+            bounds = np.flatnonzero(np.diff(sorted_codes)) + 1
+            starts = [0, *bounds.tolist()]
+            ends = [*bounds.tolist(), len(order)]
+            segments = [
+                (keys[c], key_states[c], lo, hi)
+                for c, lo, hi in zip(sorted_codes[starts].tolist(), starts, ends, strict=True)
+            ]
+            processor.run_columns(rule_index, part, segments, outputs)
+        for key, state in zip(keys, key_states, strict=True):
+            self._after(signature, group, key, state)
 
     def _missing_key(self, processor: RuleProcessor, event: Event) -> None:
         self._bad += 1

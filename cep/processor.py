@@ -330,6 +330,73 @@ class RuleProcessor:
                 if st.is_empty:
                     self._retire(state.rules, rule.name)
 
+    def scan_streams(self) -> frozenset[str]:
+        """Streams whose rows may be run column-wise by :meth:`run_columns`: every rule of
+        the processor reading the stream runs as a scan and reads no other stream, and the
+        stream has key fields."""
+        if self._keys_of is not None:
+            return frozenset()
+        out = []
+        for stream, readers in self._by_stream.items():
+            if self.key_fields.get(stream) and all(
+                index in self._fast and tuple(rule.streams) == (stream,)
+                for index, rule in readers
+            ):
+                out.append(stream)
+        return frozenset(out)
+
+    def scan_rules(self, stream: str) -> list[int]:
+        """Indexes (in :attr:`rules`) of the rules reading ``stream``, in order."""
+        return sorted(index for index, _ in self._by_stream.get(stream, ()))
+
+    def run_columns(
+        self,
+        index: int,
+        block: Any,
+        segments: Sequence[tuple[tuple, KeyState, int, int]],
+        outputs: list[dict[str, Any]],
+    ) -> None:
+        """Run rule ``index`` (one of :meth:`scan_rules` of a :meth:`scan_streams` stream)
+        over rows held as columns: what :meth:`run_batch` does for it with the same events.
+
+        Parameters
+        ----------
+        index:
+            The rule's index in :attr:`rules`.
+        block:
+            A :class:`cep.columnar.Block`: the rows, grouped by key, each key's in
+            ``(ts, seq)`` order.
+        segments:
+            Per key, in the order of :meth:`run_batch`'s jobs: ``(key, state, lo, hi)``, the
+            key's rows being ``lo:hi`` of ``block``.
+        outputs:
+            Matches are appended here.
+        """
+        from cep import strict
+
+        rule = self.rules[index]
+        name = rule.name
+        states = [state.rules.get(name) for _, state, _, _ in segments]
+        bits = strict.block_bits(
+            rule,
+            block.stream,
+            block.column,
+            [
+                (st.history if st is not None else (), lo, hi)
+                for st, (_, _, lo, hi) in zip(states, segments, strict=True)
+            ],
+        )
+        times = block.times()
+        new_state = self.runtime.new_state
+        for (key, state, lo, hi), st in zip(segments, states, strict=True):
+            if st is None:
+                st = state.rules[name] = new_state(rule, key)
+            found = strict.process_events(rule, st, block.view(lo, hi), bits[lo:hi], times[lo:hi])
+            if found:
+                _extend(outputs, found)
+            if st.is_empty:
+                self._retire(state.rules, name)
+
     def _run_rules(
         self,
         key: tuple,

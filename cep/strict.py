@@ -19,7 +19,7 @@ the per-event runtime.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,7 @@ from cep.runtime import (
     _StrictRun,
 )
 
-__all__ = ["condition_bits", "process_events", "qualifies"]
+__all__ = ["block_bits", "condition_bits", "process_events", "qualifies"]
 
 _QUALIFIES = "__fast_strict__"
 _AUTOMATON = "__fast_strict_automaton__"
@@ -101,9 +101,82 @@ def condition_bits(
         streams.extend(e.stream for e in events)
         history_lengths.append(len(past))
         event_lengths.append(len(events))
-    total = len(fields)
+    flat = _bits(
+        rule, lambda name: [f.get(name) for f in fields], streams, history_lengths, event_lengths
+    )
+    out: list[list[int]] = []
+    offset = 0
+    for count in event_lengths:
+        out.append(flat[offset : offset + count])
+        offset += count
+    return out
+
+
+def block_bits(
+    rule: CompiledRule,
+    stream: str,
+    column: Callable[[str], list[Any]],
+    segments: Sequence[tuple[Sequence[Mapping[str, Any]], int, int]],
+) -> list[int]:
+    """:func:`condition_bits` over rows held as columns (:mod:`cep.columnar`).
+
+    Parameters
+    ----------
+    rule:
+        A rule that :func:`qualifies`.
+    stream:
+        The stream of every row.
+    column:
+        Field name -> its values over all rows (``None`` where absent), rows grouped by key
+        and in event-time order within a key.
+    segments:
+        Per key, in row order: ``(history, lo, hi)``, the key's history (as in
+        :func:`condition_bits`) and its rows ``lo:hi``.
+
+    Returns
+    -------
+    list[int]
+        One int per row, equal to what :func:`condition_bits` gives for the same events.
+    """
+    depth = rule.prev_depth
+    pasts = [list(h[-depth:]) if depth and h else [] for h, _, _ in segments]
+    history_lengths = [len(p) for p in pasts]
+    event_lengths = [hi - lo for _, lo, hi in segments]
+    if not any(history_lengths):
+        streams: list[str | None] = [stream] * sum(event_lengths)
+        return _bits(rule, column, streams, history_lengths, event_lengths)
+    streams = []
+    for past, count in zip(history_lengths, event_lengths, strict=True):
+        streams.extend([None] * past)
+        streams.extend([stream] * count)
+
+    def values(name: str) -> list[Any]:
+        col = column(name)
+        out: list[Any] = []
+        for past, (_, lo, hi) in zip(pasts, segments, strict=True):
+            if past:
+                out.extend([f.get(name) for f in past])
+            out.extend(col[lo:hi])
+        return out
+
+    return _bits(rule, values, streams, history_lengths, event_lengths)
+
+
+def _bits(
+    rule: CompiledRule,
+    values_of: Callable[[str], list[Any]],
+    streams: list[str | None],
+    history_lengths: list[int],
+    event_lengths: list[int],
+) -> list[int]:
+    """The bits of the events of every segment (history rows first, then events), flat.
+
+    ``values_of(name)`` gives a field's values over all rows, history rows included; the
+    bits of history rows are computed (their ``prev`` reads the rows before them) and dropped.
+    """
+    total = len(streams)
     if total == 0:
-        return [[] for _ in sequences]
+        return []
     lengths = np.add(history_lengths, event_lengths)
     segment = np.repeat(np.arange(len(lengths)), lengths)
     reads = sorted({read for c in rule.conditions if c.batch is not None for read in c.batch.reads})
@@ -112,7 +185,7 @@ def condition_bits(
     for name, n in reads:
         values = current.get(name)
         if values is None:
-            values = current[name] = _values([f.get(name) for f in fields])
+            values = current[name] = _values(values_of(name))
         if n == 0:
             columns[name] = values
             continue
@@ -129,14 +202,14 @@ def condition_bits(
             view = frame if frame is not None else pd.DataFrame(index=pd.RangeIndex(total))
             fits &= np.asarray(cond.batch.evaluate(view), dtype=bool)
         bits |= fits.astype(np.int64) << np.int64(i)
-    out: list[list[int]] = []
-    offset = 0
-    flat = bits.tolist()
-    for past, count in zip(history_lengths, event_lengths, strict=True):
-        offset += past
-        out.append(flat[offset : offset + count])
-        offset += count
-    return out
+    if any(history_lengths):
+        keep = np.ones(total, dtype=bool)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        for start, past in zip(starts.tolist(), history_lengths, strict=True):
+            if past:
+                keep[start : start + past] = False
+        bits = bits[keep]
+    return bits.tolist()
 
 
 def _values(values: list[Any]) -> Any:
@@ -373,7 +446,7 @@ def _automaton(rule: CompiledRule) -> _Automaton:
 class _Scan:
     """The events of one :func:`process_events` call and the replay of runs over them."""
 
-    __slots__ = ("auto", "rule", "events", "bits", "pos0", "made")
+    __slots__ = ("auto", "rule", "events", "bits", "pos0", "made", "parts")
 
     def __init__(self, auto: _Automaton, events: Sequence[Any], bits: Sequence[int], pos0: int):
         self.auto = auto
@@ -382,12 +455,22 @@ class _Scan:
         self.bits = bits
         self.pos0 = pos0
         self.made: list[_Event | None] = [None] * len(events)
+        # Rows held as columns (cep.columnar.Rows) hand over their columns: no event objects.
+        columns = getattr(events, "event_columns", None)
+        self.parts = columns() if columns is not None else None
 
     def event(self, i: int) -> _Event:
         ev = self.made[i]
         if ev is None:
-            e = self.events[i]
-            ev = self.made[i] = _Event(self.pos0 + i, e.id, e.stream, int(e.ts), e.fields)
+            parts = self.parts
+            if parts is not None:
+                ids, stream, times, records, lo = parts
+                j = lo + i
+                ev = _Event(self.pos0 + i, ids[j], stream, times[j], records[j])
+            else:
+                e = self.events[i]
+                ev = _Event(self.pos0 + i, e.id, e.stream, int(e.ts), e.fields)
+            self.made[i] = ev
         return ev
 
     def replay(self, run: _Run, upto: int) -> list[_Binding | None]:
@@ -453,7 +536,11 @@ class _Scan:
 
 
 def process_events(
-    rule: CompiledRule, state: RuleState, events: Sequence[Any], bits: Sequence[int]
+    rule: CompiledRule,
+    state: RuleState,
+    events: Sequence[Any],
+    bits: Sequence[int],
+    times: Sequence[int] | None = None,
 ) -> list[Match]:
     """Feed a key's events in order; equal to :func:`cep.runtime.process_event` on each.
 
@@ -467,6 +554,9 @@ def process_events(
         Objects with ``id``, ``stream``, ``ts``, ``seq`` and ``fields``, in event-time order.
     bits:
         Each event's bits from :func:`condition_bits` (with the state's ``history``).
+    times:
+        Each event's time (int ms), when the caller has them; events are then read only
+        where a match, a run left alive, the history or an error needs them.
 
     Returns
     -------
@@ -517,13 +607,14 @@ def process_events(
             runs = [r for r in runs if r.start_pos >= resume]
         return runs
 
+    if times is None:
+        times = [int(e.ts) for e in events]
     for i in range(n):
-        event = events[i]
-        ts = int(event.ts)
+        ts = times[i]
         if (watermark is not None and ts < watermark) or (last_ts is not None and ts < last_ts):
             _finish(scan, state, runs, i, born, last_ts)
             raise OutOfOrderEventError(
-                f"rule {rule.name}: event {event.id!r} at {ts} arrived behind the key's "
+                f"rule {rule.name}: event {events[i].id!r} at {ts} arrived behind the key's "
                 f"watermark ({watermark}) or after an event at {last_ts}; feed each key's "
                 "events in event-time order"
             )
