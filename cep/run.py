@@ -320,9 +320,17 @@ def _spark_progress(progress: dict[str, Any]) -> None:
     """One line per micro-batch: the live view of a Spark run."""
     rows = progress.get("eventRows", progress.get("numInputRows", 0))
     took = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
-    rate = rows / took if took else 0.0
-    print(f"  micro-batch {progress.get('batchId')}: {rows:,} event(s) in {took:.1f}s "
-          f"({rate:,.0f} events/s)", file=sys.stderr)
+    batch = progress.get("batchId")
+    if progress.get("endOfInput"):
+        print(f"  micro-batch {batch}: end of input, the watermark passes every event "
+              f"({took:.1f}s)", file=sys.stderr)
+    elif rows:
+        rate = rows / took if took else 0.0
+        print(f"  micro-batch {batch}: {rows:,} event(s) in {took:.1f}s "
+              f"({rate:,.0f} events/s)", file=sys.stderr)
+    else:
+        print(f"  micro-batch {batch}: timers fired, windows closed ({took:.1f}s)",
+              file=sys.stderr)
 
 
 def _spark_session(master: str, log_path: str) -> Any:

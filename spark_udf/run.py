@@ -151,7 +151,8 @@ def run_spark(
     spark:
         An existing SparkSession (default: :func:`spark_udf.session` with ``master``).
     on_progress:
-        Called with each micro-batch's Spark progress report (a dict).
+        Called with each micro-batch's Spark progress report (a dict), plus ``eventRows``
+        (events read, each counted once) and ``endOfInput`` (the batch read the end mark).
     end_of_input:
         With ``available_now``, end the input with the end-of-input mark (see
         :func:`spark_udf.read_jsonl`): the run then reports what the embedded engine reports
@@ -241,10 +242,11 @@ def _new_progress(
         # every branch of the plan (one per key definition, plus queries) reads the input
         # again, and Spark adds the branches' rows up: count each event once, and not the
         # end-of-input mark
-        events = int(progress["numInputRows"]) // max(1, branches) - _reads_end_mark(progress)
+        end = _reads_end_mark(progress)
+        events = int(progress["numInputRows"]) // max(1, branches) - end
         rows += events
         if on_progress is not None:
-            on_progress({**progress, "eventRows": events})
+            on_progress({**progress, "eventRows": events, "endOfInput": bool(end)})
     return rows
 
 

@@ -89,6 +89,7 @@ def test_vigil_run_prints_spark_matches_to_stdout_by_default(tmp_path, capsys):
     assert code == 0, captured.err
     printed = [json.loads(line) for line in captured.out.splitlines()]
     assert "Spark (local[2])" in captured.err and "1 dead letter(s)" in captured.err
+    assert "end of input, the watermark passes every event" in captured.err
     assert "big_spend: 30 match(es)" in captured.err
     # rules, metrics and the end of input: exactly the embedded engine's rows
     assert sorted(m["match_id"] for m in printed) == sorted(m["match_id"] for m in local)
