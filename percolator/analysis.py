@@ -53,6 +53,16 @@ POSITION_GAP = 100
 # maximal run of these, so its occurrences can be found with ``str.find`` and a boundary test.
 _ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
+# One byte table that lowercases ASCII letters and turns every ASCII character ``\w`` does not
+# match into a space: an ASCII value translated through it splits on whitespace into exactly the
+# words ``_WORD`` finds in its lowercased form, at the same character offsets.
+_ASCII_FOLD = bytes(
+    code + 32 if 65 <= code <= 90
+    else code if chr(code) in _ASCII_WORD
+    else 32
+    for code in range(256)
+)
+
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _INTEGER = re.compile(r"[+-]?\d+")
 
@@ -102,10 +112,21 @@ def analyze_text(text: str) -> list[str]:
     return [normalize_term(w) for w in _WORD.findall(text)]
 
 
+def _ascii_folded(text: str) -> str:
+    """An ASCII ``text`` lowercased with every non-word character replaced by a space.
+
+    Examples
+    --------
+    >>> _ascii_folded("GNU C-Library (v2.3)!")
+    'gnu c library  v2 3  '
+    """
+    return text.encode().translate(_ASCII_FOLD).decode()
+
+
 def _text_terms(text: str) -> set[str]:
     if text.isascii():
-        # ASCII lowercasing keeps word boundaries, so one C-level pass does the whole value.
-        return set(_WORD.findall(text.lower()))
+        # One byte-table pass lowercases and blanks the separators; split does the rest.
+        return set(_ascii_folded(text).split())
     return {normalize_term(w) for w in _WORD.findall(text)}
 
 
@@ -296,6 +317,7 @@ class Schema:
 DEFAULT_SCHEMA = Schema()
 
 _SCALARS = (str, int, float, bool)
+_EXACT_SCALARS = frozenset(_SCALARS)
 
 
 def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, tuple[Any, ...]]) -> None:
@@ -305,7 +327,10 @@ def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, tuple[Any, .
         name = prefix + key
         if value is None:
             continue
-        if isinstance(value, Mapping):
+        if type(value) in _EXACT_SCALARS:
+            # The common case first: exact built-in scalars are never mappings.
+            out[name] = (value,)
+        elif isinstance(value, Mapping):
             # Objects flatten to dotted names, as Elasticsearch maps them.
             _flatten(value, name + ".", out)
         elif isinstance(value, _SCALARS):
@@ -431,9 +456,10 @@ class AnalyzedDocument:
         return terms
 
     def _plain_text(self, name: str) -> tuple[str, list[str]] | None:
-        """``(lowercased value, words)`` when field ``name`` holds one ASCII string analysed as
+        """``(folded value, words)`` when field ``name`` holds one ASCII string analysed as
         text (the common case, where token positions are word indexes and offsets are found
-        by substring search), else None."""
+        by substring search), else None. The folded value is lowercased with every non-word
+        character blanked (:func:`_ascii_folded`), so its offsets are the value's."""
         if name in self._plain:
             return self._plain[name]
         values = self._values.get(name, ())
@@ -442,8 +468,8 @@ class AnalyzedDocument:
             len(values) == 1 and isinstance(values[0], str) and values[0].isascii()
             and name != DEFAULT_FIELD and self.kind(name) == TEXT
         ):
-            lowered = values[0].lower()
-            plain = (lowered, _WORD.findall(lowered))
+            folded = _ascii_folded(values[0])
+            plain = (folded, folded.split())
         self._plain[name] = plain
         return plain
 

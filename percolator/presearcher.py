@@ -18,7 +18,7 @@ from typing import Any
 import ahocorasick
 import numpy as np
 
-from percolator.analysis import AnalyzedDocument
+from percolator.analysis import DEFAULT_FIELD, AnalyzedDocument
 from percolator.errors import ConfigurationError
 from percolator.evaluate import CompiledQuery
 from percolator.extract import (
@@ -149,15 +149,38 @@ class _IntervalTable:
 
 def _atom_holds(doc: AnalyzedDocument, atom: Atom) -> bool:
     kind, field_name = atom[0], atom[1]
-    if kind == "term":
-        return atom[2] in doc.terms(field_name)
     if kind == "literal":
         return atom[2] in doc.joined_terms(field_name)
+    if kind == "term":
+        return atom[2] in doc.terms(field_name)
     if kind == "exists":
         return doc.has(field_name)
     low, high = atom[2], atom[3]
     values = doc.numbers(field_name) if kind == "number" else doc.timestamps(field_name)
-    return any((low is None or low <= v) and (high is None or v <= high) for v in values)
+    for value in values:
+        if (low is None or low <= value) and (high is None or value <= high):
+            return True
+    return False
+
+
+def _probe_terms(doc: AnalyzedDocument, fields: Iterable[str]) -> frozenset[str] | set[str]:
+    """The distinct terms ``doc`` holds in any of ``fields``, each once.
+
+    The default fields' terms are all in :data:`DEFAULT_FIELD`'s, so when it is among
+    ``fields`` only the other non-default fields add to it.
+    """
+    if DEFAULT_FIELD in fields:
+        probe: frozenset[str] | set[str] = doc.terms(DEFAULT_FIELD)
+        defaults = doc.default_fields()
+        others = [f for f in fields if f != DEFAULT_FIELD and f not in defaults]
+    else:
+        probe = frozenset()
+        others = list(fields)
+    for field_name in others:
+        terms = doc.terms(field_name)
+        if terms:
+            probe = probe | terms
+    return probe
 
 
 #: Partner dicts up to this size are probed key by key; larger ones are intersected in C from
@@ -215,7 +238,11 @@ class IndexedSegment(Segment):
         self._atom_ids: dict[Atom, int] = {}
         self._atoms: list[Atom] = []
         self._postings: dict[int, list[int]] = {}
-        self._checks: dict[int, tuple[tuple[Atom, ...], ...]] = {}
+        # slot -> the clauses its posting leaves to check, as tuples of check-atom ids (small
+        # ints, cheap to memoise per document); equal atoms of many queries share one id.
+        self._checks: dict[int, tuple[tuple[int, ...], ...]] = {}
+        self._check_ids: dict[Atom, int] = {}
+        self._check_atoms: list[Atom] = []
         self._always: list[int] = []
         self._terms: dict[str, dict[str, int]] = {}
         self._literals: dict[str, dict[str, int]] = {}
@@ -226,12 +253,19 @@ class IndexedSegment(Segment):
         self._anchor_automata: dict[str, ahocorasick.Automaton] = {}
         self._intervals: dict[tuple[str, str], _IntervalTable] = {}
         self._exists: dict[str, int] = {}
-        # field -> term -> partner term (same field) -> slots, for queries posted under a pair
-        # of terms that must both occur.
-        self._pairs: dict[str, dict[str, dict[str, list[int]]]] = {}
-        # field -> term -> id of another atom (a literal, an interval, a term of another
-        # field...) -> slots, for queries posted under a term and another clause.
-        self._mixed: dict[str, dict[str, dict[int, list[int]]]] = {}
+        # field -> term -> [pair partners, mixed partners]; its keys are the fields whose
+        # terms a document probes (see _term_fields for the lookup). Pair partners map a partner
+        # term (same field) to the slots of the queries posted under a pair of terms that must
+        # both occur; mixed partners map the id of another atom (a literal, an interval, a
+        # term of another field...) to the slots of queries posted under a term and another
+        # clause. Either is None when the term has none.
+        self._by_term: dict[str, dict[str, list[Any]]] = {}
+        # The same postings keyed by term first (term -> field -> [pairs, mixed]), so that a
+        # document probes each of its distinct terms once, not once per field that holds it.
+        self._term_fields: dict[str, dict[str, list[Any]]] = {}
+        # Once sealed: term -> ((field, pairs, mixed), ...) with a term's few partners as
+        # tuples (see _flat_partners).
+        self._flat: dict[str, tuple[tuple[str, Any, Any], ...]] = {}
 
     def _atom_id(self, atom: Atom) -> int:
         known = self._atom_ids.get(atom)
@@ -276,8 +310,15 @@ class IndexedSegment(Segment):
         if rest:
             # Most selective clause first: a failing check usually stops at the first atom.
             self._checks[slot] = tuple(
-                tuple(sorted(c, key=selectivity.atom_cost)) for c in rest
+                tuple(map(self._check_id, sorted(c, key=selectivity.atom_cost))) for c in rest
             )
+
+    def _check_id(self, atom: Atom) -> int:
+        known = self._check_ids.get(atom)
+        if known is None:
+            known = self._check_ids[atom] = len(self._check_atoms)
+            self._check_atoms.append(atom)
+        return known
 
     def _post_pair(self, slot: int, requirement: Requirement) -> tuple[Clause, ...]:
         """Post the query under every pair of terms of its two most selective term clauses.
@@ -305,9 +346,21 @@ class IndexedSegment(Segment):
             for right in second:
                 rare, common = (left, right) if atom_cost(left) <= atom_cost(right) else (
                     right, left)
-                partners = self._pairs.setdefault(rare[1], {}).setdefault(rare[2], {})
+                partners = self._partners(rare[1], rare[2], 0)
                 partners.setdefault(common[2], []).append(slot)
         return (first, second)
+
+    def _partners(self, field_name: str, term: str, kind: int) -> dict[Any, list[int]]:
+        """The pair (``kind`` 0) or mixed (``kind`` 1) partners of ``term`` in ``field_name``."""
+        by_term = self._by_term.setdefault(field_name, {})
+        both = by_term.get(term)
+        if both is None:
+            both = by_term[term] = [None, None]
+            self._term_fields.setdefault(term, {})[field_name] = both
+        partners = both[kind]
+        if partners is None:
+            partners = both[kind] = {}
+        return partners
 
     def _post_mixed(self, slot: int, requirement: Requirement) -> tuple[Clause, ...]:
         """Post the query under a term of one clause paired with an atom of another.
@@ -328,7 +381,7 @@ class IndexedSegment(Segment):
         if second is None or len(first) * len(second) > MAX_PAIRS:
             return ()
         for term_atom in first:
-            partners = self._mixed.setdefault(term_atom[1], {}).setdefault(term_atom[2], {})
+            partners = self._partners(term_atom[1], term_atom[2], 1)
             for atom in second:
                 partners.setdefault(self._atom_id(atom), []).append(slot)
         return (first, second)
@@ -342,7 +395,23 @@ class IndexedSegment(Segment):
                 self._anchor_automata[field_name] = _automaton(anchors)
         for table in self._intervals.values():
             table.seal()
+        self._flat = {
+            term: tuple(
+                (field_name, self._flat_partners(pairs, False),
+                 self._flat_partners(mixed, True))
+                for field_name, (pairs, mixed) in fields.items()
+            )
+            for term, fields in self._term_fields.items()
+        }
         super().seal()
+
+    def _flat_partners(self, partners: dict[Any, list[int]] | None, mixed: bool) -> Any:
+        """A term's few partners as parallel tuples (keys, slots), contiguous to read; many
+        stay a dict, to be intersected. Mixed partners' keys are ``(atom id, atom)`` pairs."""
+        if partners is None or len(partners) > _SMALL_PARTNERS:
+            return partners
+        keys = tuple((k, self._atoms[k]) for k in partners) if mixed else tuple(partners)
+        return keys, tuple(tuple(slots) for slots in partners.values())
 
     def hits(self, doc: AnalyzedDocument, *, anchors_only: bool = False) -> set[int]:
         """Ids of the indexed atoms of this segment that ``doc`` satisfies.
@@ -385,23 +454,14 @@ class IndexedSegment(Segment):
                 slots = postings.get(atom_id)
                 if slots is not None:
                     posted.update(slots)
-        if self._mixed:
-            self._post_mixed_hits(doc, posted)
-        for field_name, by_term in self._pairs.items():
-            if doc.has(field_name):
-                terms = doc.terms(field_name)
-                for partners in map(by_term.__getitem__, by_term.keys() & terms):
-                    if len(partners) <= _SMALL_PARTNERS:
-                        for partner, slots in partners.items():
-                            if partner in terms:
-                                posted.update(slots)
-                    else:
-                        _partners_present(partners, terms, posted)
+        if self._by_term:
+            self._post_partner_hits(doc, posted)
         found = list(self._always)
         if not posted:
             return found
         checks = self._checks
-        memo: dict[Atom, bool] = {}
+        check_atoms = self._check_atoms
+        memo: dict[int, bool] = {}
         for slot in posted:
             clauses = checks.get(slot)
             if clauses is not None:
@@ -409,7 +469,7 @@ class IndexedSegment(Segment):
                     for atom in clause:
                         held = memo.get(atom)
                         if held is None:
-                            held = memo[atom] = _atom_holds(doc, atom)
+                            held = memo[atom] = _atom_holds(doc, check_atoms[atom])
                         if held:
                             break
                     else:
@@ -420,31 +480,73 @@ class IndexedSegment(Segment):
             found.append(slot)
         return found
 
-    def _post_mixed_hits(self, doc: AnalyzedDocument, posted: set[int]) -> None:
-        """Add the queries posted under a document term and an atom the document satisfies.
+    def _post_partner_hits(self, doc: AnalyzedDocument, posted: set[int]) -> None:
+        """Add the queries posted under a document term and a partner the document holds.
 
-        A term's few partner atoms are tested directly (a substring search for a literal),
-        which is cheaper than scanning the document for every literal of the segment; a term
-        with many partners is intersected with all the document's atoms, found once.
+        The partners are those of the document's terms, found by one intersection of all its
+        distinct terms with the indexed ones, then checked per field. A pair partner is a term
+        of the same field; a mixed partner an atom of another clause.
+        A term's few partners are probed one by one (a substring search for a literal, cheaper
+        than scanning the document for every literal of the segment); many are intersected
+        with the document's terms, or with all the atoms it satisfies, found once.
         """
-        atoms = self._atoms
         held: dict[int, bool] = {}
         every: set[int] | None = None
-        for field_name, by_term in self._mixed.items():
-            if not doc.has(field_name):
-                continue
-            for partners in map(by_term.__getitem__, by_term.keys() & doc.terms(field_name)):
-                if len(partners) <= _SMALL_PARTNERS:
-                    for atom_id, slots in partners.items():
+        probe = _probe_terms(doc, self._by_term)
+        if not probe:
+            return
+        field_terms: dict[str, frozenset[str]] = {}
+        if not self.sealed:
+            for term in self._term_fields.keys() & probe:
+                for field_name, (pairs, mixed) in self._term_fields[term].items():
+                    terms = field_terms.get(field_name)
+                    if terms is None:
+                        terms = field_terms[field_name] = doc.terms(field_name)
+                    if term in terms:
+                        if pairs is not None:
+                            _partners_present(pairs, terms, posted)
+                        if mixed is None:
+                            continue
+                        if len(mixed) > _SMALL_PARTNERS:
+                            if every is None:
+                                every = self.hits(doc)
+                            _partners_present(mixed, every, posted)
+                            continue
+                        for atom_id, slots in mixed.items():
+                            holds = held.get(atom_id)
+                            if holds is None:
+                                holds = held[atom_id] = _atom_holds(doc, self._atoms[atom_id])
+                            if holds:
+                                posted.update(slots)
+            return
+        flat = self._flat
+        for term in flat.keys() & probe:
+            for field_name, pairs, mixed in flat[term]:
+                terms = field_terms.get(field_name)
+                if terms is None:
+                    terms = field_terms[field_name] = doc.terms(field_name)
+                if term not in terms:
+                    continue
+                if pairs is not None:
+                    if type(pairs) is tuple:
+                        for partner, slots in zip(*pairs, strict=True):
+                            if partner in terms:
+                                posted.update(slots)
+                    else:
+                        _partners_present(pairs, terms, posted)
+                if mixed is None:
+                    continue
+                if type(mixed) is tuple:
+                    for (atom_id, atom), slots in zip(*mixed, strict=True):
                         holds = held.get(atom_id)
                         if holds is None:
-                            holds = held[atom_id] = _atom_holds(doc, atoms[atom_id])
+                            holds = held[atom_id] = _atom_holds(doc, atom)
                         if holds:
                             posted.update(slots)
                 else:
                     if every is None:
                         every = self.hits(doc)
-                    _partners_present(partners, every, posted)
+                    _partners_present(mixed, every, posted)
 
 
 class IndexedPresearcher(Presearcher):

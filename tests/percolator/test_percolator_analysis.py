@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,13 @@ from percolator import (
     analyze_text,
     normalize_term,
 )
-from percolator.analysis import canonical_keyword, parse_number, parse_timestamp
+from percolator.analysis import (
+    _WORD,
+    _ascii_folded,
+    canonical_keyword,
+    parse_number,
+    parse_timestamp,
+)
 
 
 @pytest.mark.parametrize(
@@ -184,3 +192,20 @@ def test_phrases_in_list_values_do_not_cross_values():
     assert doc.phrase_starts("notes", ("fox", "red")) == [102]
     assert doc.phrase_span("notes", 102, 2) == (8, 15)
     assert doc.term_offsets("notes", "fox") == [(4, 7), (8, 11), (16, 19)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(max_codepoint=127), max_size=40))
+def test_ascii_fast_path_equals_the_regex_tokenizer(text):
+    # The byte-table fold must split into exactly the words the Unicode regex finds, at the
+    # same offsets, for every ASCII character.
+    folded = _ascii_folded(text)
+    assert folded.split() == _WORD.findall(text.lower()) == analyze_text(text)
+    assert len(folded) == len(text)
+    assert [m.span() for m in re.finditer(r"\S+", folded)] == [
+        m.span() for m in _WORD.finditer(text.lower())
+    ]
+    doc = AnalyzedDocument({"title": text, "tags": [text, "x"]}, Schema.of(
+        {"title": "text", "tags": "text"}))
+    assert doc.terms("title") == {t.term for t in doc.tokens("title")}
+    assert doc.terms("tags") == {t.term for t in doc.tokens("tags")}
