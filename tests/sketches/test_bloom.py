@@ -28,8 +28,12 @@ def test_too_large_a_filter_raises():
 def test_optimal_size(capacity, error_rate):
     bloom = BloomFilter(capacity, error_rate)
     m = -capacity * math.log(error_rate) / math.log(2) ** 2
-    assert bloom.num_bits == math.ceil(m)
-    assert bloom.num_hashes == max(1, round(m / capacity * math.log(2)))
+    k = max(1, round(math.ceil(m) / capacity * math.log(2)))
+    assert bloom.num_hashes == k
+    # the optimal size, grown just enough that the rounded k does not overshoot the target
+    assert math.ceil(m) <= bloom.num_bits <= 1.05 * m + 1
+    rate = (1 - math.exp(-k * capacity / bloom.num_bits)) ** k
+    assert rate <= 0.97 * error_rate * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("batch", [7, 500, 20_000])
@@ -81,3 +85,12 @@ def test_stray_bits_past_the_end_are_rejected():
     bloom._bits[-1] = 0xFF
     with pytest.raises(CorruptSketchError, match="beyond"):
         BloomFilter.from_bytes(bloom.to_bytes())
+
+
+@pytest.mark.parametrize("error_rate", [0.01, 0.001])
+def test_measured_false_positive_rate_at_capacity_is_within_the_target(error_rate):
+    bloom = BloomFilter(100_000, error_rate)
+    bloom.update(np.arange(100_000, dtype=np.int64))
+    probes = np.arange(10**7, 10**7 + 10**6, dtype=np.int64)   # never added
+    rate = bloom.contains(probes).mean()
+    assert 0.5 * error_rate < rate <= error_rate
