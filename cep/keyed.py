@@ -12,6 +12,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cep.events import (
+    SEQ_FIELD,
+    STREAM_FIELD,
+    BadEventError,
+    EngineError,
+    Event,
+    EventReason,
+    StreamSchema,
+    dead_letter,
+    stream_of,
+)
+from cep.eventtime import iso_ms
+
 
 @dataclass
 class ProcessResult:
@@ -57,3 +70,51 @@ class KeyedProcessor(Protocol):
         self, key: tuple, state: bytes | None, timer_ms: int, watermark_ms: int
     ) -> ProcessResult:
         """Advance the key to the watermark because a registered timer fired."""
+
+
+def validate_raw(
+    raw: Mapping[str, Any],
+    schemas: Mapping[str, StreamSchema],
+    dead: list[dict[str, Any]],
+    owner: str,
+) -> Event | None:
+    """Validate one raw event handed to a processor's ``process``: the event, or ``None`` after
+    appending its dead letter (reason, detail, input position) to ``dead``.
+
+    Raises
+    ------
+    EngineError
+        When the event carries no int ``_seq`` (its input position): a caller's mistake, not
+        bad input.
+    """
+    seq = raw.get(SEQ_FIELD)
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise EngineError(
+            f"raw events handed to {owner}.process need an int '{SEQ_FIELD}' field "
+            f"(their input position); got {seq!r}"
+        )
+    try:
+        schema = stream_of(raw, None, schemas)
+        return schema.normalise(raw, seq=seq, position=seq)
+    except BadEventError as exc:
+        stream = raw.get(STREAM_FIELD)
+        dead.append(
+            dead_letter(
+                exc.reason, exc.detail, line=seq,
+                stream=stream if isinstance(stream, str) else None, event=raw,
+            )
+        )
+        return None
+
+
+def late_letter(
+    event: Event, watermark: int, raw: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The ``late`` dead letter of an event behind ``watermark``."""
+    return dead_letter(
+        EventReason.LATE,
+        f"event time {iso_ms(event.ts)} is behind the watermark {iso_ms(watermark)}",
+        line=event.seq,
+        stream=event.stream,
+        event=raw if raw is not None else {**event.fields, STREAM_FIELD: event.stream},
+    )

@@ -16,16 +16,11 @@ from typing import Any
 from cep.events import (
     SEQ_FIELD,
     STREAM_FIELD,
-    BadEventError,
-    EngineError,
     Event,
-    EventReason,
     StreamSchema,
-    dead_letter,
-    stream_of,
 )
-from cep.eventtime import END_OF_INPUT, iso_ms
-from cep.keyed import ProcessResult
+from cep.eventtime import END_OF_INPUT
+from cep.keyed import ProcessResult, late_letter, validate_raw
 from cep.metrics import CompiledMetric, MetricOperator
 from query_lang.ast import StreamDecl
 from query_lang.compiler import normalise_value
@@ -108,7 +103,7 @@ class MetricProcessor:
             outputs.extend(operator.advance_watermark(watermark_ms))
         accepted: list[tuple[Event, Mapping[str, Any]]] = []
         for raw in events:
-            event = self._validate(raw, dead)
+            event = validate_raw(raw, self.schemas, dead, "MetricProcessor")
             if event is not None:
                 accepted.append((event, raw))
         accepted.sort(key=lambda pair: (pair[0].ts, pair[0].seq))
@@ -136,7 +131,7 @@ class MetricProcessor:
             arrival = arrival_watermarks[i]
             if arrival is not None and arrival > operator.watermark:
                 outputs.extend(operator.advance_watermark(arrival))
-            event = self._validate(events[i], dead)
+            event = validate_raw(events[i], self.schemas, dead, "MetricProcessor")
             if event is not None:
                 self._absorb(operator, event, events[i], outputs, dead)
         outputs.extend(operator.advance_watermark(final_watermark_ms))
@@ -167,7 +162,7 @@ class MetricProcessor:
             return
         corrections = operator.late(event.fields, event.ts, operator.watermark)
         if corrections is None:
-            dead.append(_late_letter(event, operator.watermark, raw))
+            dead.append(late_letter(event, operator.watermark, raw))
         else:
             outputs.extend(corrections)
 
@@ -190,33 +185,3 @@ class MetricProcessor:
             dead_letters=dead,
             next_timer_ms=[] if due is None or empty else [due],
         )
-
-    def _validate(self, raw: Mapping[str, Any], dead: list[dict[str, Any]]) -> Event | None:
-        seq = raw.get(SEQ_FIELD)
-        if not isinstance(seq, int) or isinstance(seq, bool):
-            raise EngineError(
-                f"raw events handed to MetricProcessor.process need an int '{SEQ_FIELD}' field "
-                f"(their input position); got {seq!r}"
-            )
-        try:
-            schema = stream_of(raw, None, self.schemas)
-            return schema.normalise(raw, seq=seq, position=seq)
-        except BadEventError as exc:
-            stream = raw.get(STREAM_FIELD)
-            dead.append(
-                dead_letter(
-                    exc.reason, exc.detail, line=seq,
-                    stream=stream if isinstance(stream, str) else None, event=raw,
-                )
-            )
-            return None
-
-
-def _late_letter(event: Event, watermark: int, raw: Mapping[str, Any]) -> dict[str, Any]:
-    return dead_letter(
-        EventReason.LATE,
-        f"event time {iso_ms(event.ts)} is behind the watermark {iso_ms(watermark)}",
-        line=event.seq,
-        stream=event.stream,
-        event=raw,
-    )

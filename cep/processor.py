@@ -17,19 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cep.events import (
-    SEQ_FIELD,
     STREAM_FIELD,
-    BadEventError,
     EngineError,
     Event,
-    EventReason,
     StateError,
     StreamSchema,
-    dead_letter,
-    stream_of,
 )
-from cep.eventtime import END_OF_INPUT, NO_WATERMARK, iso_ms
-from cep.keyed import ProcessResult
+from cep.eventtime import END_OF_INPUT, NO_WATERMARK
+from cep.keyed import ProcessResult, late_letter, validate_raw
 from query_lang import ast
 from query_lang.ast import StreamDecl
 
@@ -487,11 +482,11 @@ class RuleProcessor:
         # caller computed before these events arrived).
         late_below = ks.watermark if watermark_ms is None else max(ks.watermark, watermark_ms)
         for raw in events:
-            event = self._validate(raw, dead)
+            event = validate_raw(raw, self.schemas, dead, "RuleProcessor")
             if event is None:
                 continue
             if event.ts < late_below:
-                dead.append(_late_letter(event, late_below, raw))
+                dead.append(late_letter(event, late_below, raw))
                 continue
             accepted.append(event)
             seen = ks.max_ts.get(event.stream)
@@ -599,29 +594,6 @@ class RuleProcessor:
 
     # ------------------------------------------------------------------ helpers
 
-    def _validate(self, raw: Mapping[str, Any], dead: list[dict[str, Any]]) -> Event | None:
-        seq = raw.get(SEQ_FIELD)
-        if not isinstance(seq, int) or isinstance(seq, bool):
-            raise EngineError(
-                f"raw events handed to RuleProcessor.process need an int '{SEQ_FIELD}' field "
-                f"(their input position); got {seq!r}"
-            )
-        try:
-            schema = stream_of(raw, None, self.schemas)
-            return schema.normalise(raw, seq=seq, position=seq)
-        except BadEventError as exc:
-            stream = raw.get(STREAM_FIELD)
-            dead.append(
-                dead_letter(
-                    exc.reason,
-                    exc.detail,
-                    line=seq,
-                    stream=stream if isinstance(stream, str) else None,
-                    event=raw,
-                )
-            )
-            return None
-
     def _own_watermark(self, state: KeyState) -> int:
         if not state.max_ts:
             return NO_WATERMARK
@@ -708,13 +680,3 @@ def _order(event: Event) -> tuple[int, int]:
 def _extend(outputs: list[dict[str, Any]], matches: list) -> None:
     for match in matches:
         outputs.append(match if isinstance(match, dict) else match.to_json())
-
-
-def _late_letter(event: Event, watermark: int, raw: Mapping[str, Any] | None = None) -> dict:
-    return dead_letter(
-        EventReason.LATE,
-        f"event time {iso_ms(event.ts)} is behind the watermark {iso_ms(watermark)}",
-        line=event.seq,
-        stream=event.stream,
-        event=raw if raw is not None else {**event.fields, STREAM_FIELD: event.stream},
-    )

@@ -345,6 +345,23 @@ def _pref(node: _Binding) -> tuple:
     return tuple((b.event.pos, b.var) for b in node.chain())
 
 
+def _emit_values(rule: CompiledRule, key: dict[str, Any], last: Any, ctx: Any) -> dict:
+    """A match's ``emit`` values: each expression over the last event's fields (the key's
+    fields filled in) and ``ctx``, the match's bound events."""
+    current = dict(last.fields)
+    for name, value in key.items():
+        current.setdefault(name, value)
+    values = {}
+    for name, fn in rule.emit:
+        try:
+            values[name] = fn(current, ctx)
+        except Exception as exc:
+            raise RuleRuntimeError(
+                f"rule {rule.name}: emit {name} failed on a match: {exc}"
+            ) from exc
+    return values
+
+
 def _build_match(
     rule: CompiledRule, state: RuleState, node: _Binding, end_ms: int | None
 ) -> Match:
@@ -354,21 +371,10 @@ def _build_match(
         events.setdefault(rule.variables[b.var], []).append(b.event.id)
     first, last = chain[0].event, chain[-1].event
     key = _key_dict(rule, state, first)
-    if rule.emit is None:
-        values = dict(key)
-    else:
-        current = dict(last.fields)
-        for name, value in key.items():
-            current.setdefault(name, value)
-        ctx = _Context(node, None, None, (), _var_index(rule))
-        values = {}
-        for name, fn in rule.emit:
-            try:
-                values[name] = fn(current, ctx)
-            except Exception as exc:
-                raise RuleRuntimeError(
-                    f"rule {rule.name}: emit {name} failed on a match: {exc}"
-                ) from exc
+    values = (
+        dict(key) if rule.emit is None
+        else _emit_values(rule, key, last, _Context(node, None, None, (), _var_index(rule)))
+    )
     return Match(
         rule=rule.name,
         version=rule.version,

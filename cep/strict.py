@@ -30,9 +30,9 @@ from cep.nfa import CompiledRule, prev_column
 from cep.runtime import (
     _NO_GUARDS,
     OutOfOrderEventError,
-    RuleRuntimeError,
     RuleState,
     _Binding,
+    _emit_values,
     _enforce_caps,
     _Event,
     _key_dict,
@@ -698,21 +698,10 @@ def _match(
             by_var[name].append(ev.fields)
     first, last = word[0][1], word[-1][1]
     key = _key_dict(rule, state, first)
-    if rule.emit is None:
-        values = dict(key)
-    else:
-        current = dict(last.fields)
-        for name, value in key.items():
-            current.setdefault(name, value)
-        ctx = _MatchContext(by_var)
-        values = {}
-        for name, fn in rule.emit:
-            try:
-                values[name] = fn(current, ctx)
-            except Exception as exc:
-                raise RuleRuntimeError(
-                    f"rule {rule.name}: emit {name} failed on a match: {exc}"
-                ) from exc
+    values = (
+        dict(key) if rule.emit is None
+        else _emit_values(rule, key, last, _MatchContext(by_var))
+    )
     return Match(
         rule=rule.name,
         version=rule.version,

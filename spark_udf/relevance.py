@@ -64,15 +64,19 @@ def needed_rows(processor: Any, events: Sequence[dict[str, Any] | None]) -> np.n
             keep[index[position]] = True
         if normalised.empty:
             continue
-        view = normalised
-        if any(len(rule.streams) > 1 for rule in readers):
-            view = normalised.assign(**{STREAM_FIELD: stream})
-        wanted = np.zeros(len(normalised), dtype=bool)
-        for rule in readers:
-            wanted |= np.asarray(rule.columnar_mask(view), dtype=np.int64) != 0
-        positions = normalised.index.to_numpy()[wanted]
-        keep[index[positions]] = True
+        keep[index[_taken(readers, normalised, stream)]] = True
     return keep
+
+
+def _taken(readers: Sequence[Any], normalised: pd.DataFrame, stream: str) -> np.ndarray:
+    """Index labels of the validated rows some variable of some reader may take."""
+    view = normalised
+    if any(len(rule.streams) > 1 for rule in readers):
+        view = normalised.assign(**{STREAM_FIELD: stream})
+    wanted = np.zeros(len(normalised), dtype=bool)
+    for rule in readers:
+        wanted |= np.asarray(rule.columnar_mask(view), dtype=np.int64) != 0
+    return normalised.index.to_numpy()[wanted]
 
 
 _ARROW_TYPES = {
@@ -150,11 +154,5 @@ def needed_rows_from_json(
         if normalised.empty:
             continue
         readers = [rule for rule in rules if stream in rule.streams]
-        view = normalised
-        if any(len(rule.streams) > 1 for rule in readers):
-            view = normalised.assign(**{STREAM_FIELD: stream})
-        wanted = np.zeros(len(normalised), dtype=bool)
-        for rule in readers:
-            wanted |= np.asarray(rule.columnar_mask(view), dtype=np.int64) != 0
-        keep[rows[normalised.index.to_numpy()[wanted]]] = True
+        keep[rows[_taken(readers, normalised, stream)]] = True
     return keep
