@@ -14,33 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_matcher import make_events
-from test_strict_scan import _compile, strict_case
+from test_strict_scan import SCAN_RULES, STREAM, _compile, strict_case
 
 from cep import strict
 from cep.columnar import Block, Chunk
 from cep.engine import Engine
 from cep.events import StreamSchema
 from query_lang.parser import parse
-
-STREAM = """
-stream ev (id int, key string, kind string, price float, ts timestamp)
-  time ts unit ms lateness 5ms id id
-"""
-
-SCAN_RULES = """
-rule v_shape from ev by key
-  pattern start down+ up+
-  contiguity strict
-  define down as price < prev(price), up as price > prev(price)
-  emit key, last(down).price as bottom, last(up).price as top
-
-rule twice from ev by key
-  pattern a b{2,}?
-  contiguity strict
-  define a as kind == "x", b as price >= prev(price, 2) or prev(kind) == "y"
-  within 8ms
-  after match skip to next
-"""
 
 LATE_SCAN_RULE = """
 rule dip from ev by key

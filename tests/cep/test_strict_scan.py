@@ -214,10 +214,12 @@ def test_which_rules_qualify(text, expected):
 
 # ---------------------------------------------------------------- the engine end to end
 
-ENGINE_RULES = """
+STREAM = """
 stream ev (id int, key string, kind string, price float, ts timestamp)
   time ts unit ms lateness 5ms id id
+"""
 
+SCAN_RULES = """
 rule v_shape from ev by key
   pattern start down+ up+
   contiguity strict
@@ -230,7 +232,10 @@ rule twice from ev by key
   define a as kind == "x", b as price >= prev(price, 2) or prev(kind) == "y"
   within 8ms
   after match skip to next
+"""
+"""Strict rules the scan runs (shared with ``test_columnar_route``)."""
 
+ENGINE_RULES = STREAM + SCAN_RULES + """
 rule relaxed from ev by key
   pattern a b
   define a as kind == "x", b as kind == "y" and price > a.price
