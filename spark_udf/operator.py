@@ -108,6 +108,8 @@ def _engine_watermark(spark_watermark_ms: int) -> int:
 def _register_end_timer(handle: StatefulProcessorHandle, spark_watermark_ms: int) -> None:
     # Every group holding state is woken at end of input (a finite stream's mark), whether or
     # not one of its keys asked for a timer: matches waiting to grow and open windows flush.
+    # Called when a group starts holding state; the timer outlives the state being cleared,
+    # and registering it again at the same time is a no-op.
     if spark_watermark_ms < END_WATERMARK_MS:
         handle.registerTimer(END_WATERMARK_MS)
 
@@ -168,7 +170,7 @@ class BucketedDetector(StatefulProcessor):
         stored = self._state.get()
         return BucketState.from_bytes(stored[0] if stored else None)
 
-    def _save(self, bucket: BucketState, watermark_ms: int) -> None:
+    def _save(self, bucket: BucketState, watermark_ms: int, was_empty: bool) -> None:
         if bucket.registered_ms is not None and bucket.registered_ms <= watermark_ms:
             # Spark fires timers at or below the watermark in this batch (before or after the
             # input rows); either way it no longer wakes the bucket later.
@@ -180,7 +182,8 @@ class BucketedDetector(StatefulProcessor):
             bucket.registered_ms = at
         if bucket.keys:
             self._state.update((bucket.to_bytes(),))
-            _register_end_timer(self._handle, watermark_ms)
+            if was_empty:
+                _register_end_timer(self._handle, watermark_ms)
         else:
             self._state.clear()
 
@@ -189,6 +192,7 @@ class BucketedDetector(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
         bucket = self._load()
+        was_empty = not bucket.keys
         if self._packed:
             # The blob is the last column whatever name Spark's row regrouping gave it.
             frames = unpack_frames(p for frame in rows for p in frame.iloc[:, -1].tolist())
@@ -197,7 +201,7 @@ class BucketedDetector(StatefulProcessor):
         run = process_bucket(
             self._processor, bucket, frames, self._layout, _engine_watermark(watermark)
         )
-        self._save(bucket, watermark)
+        self._save(bucket, watermark, was_empty)
         yield from _records_out(run.records)
 
     def handleExpiredTimer(
@@ -205,8 +209,9 @@ class BucketedDetector(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
         bucket = self._load()
+        was_empty = not bucket.keys
         records = fire_due_keys(self._processor, bucket, _engine_watermark(watermark))
-        self._save(bucket, watermark)
+        self._save(bucket, watermark, was_empty)
         yield from _records_out(records)
 
     def close(self) -> None:
@@ -243,7 +248,7 @@ class PerKeyDetector(StatefulProcessor):
         run = process_bucket(
             self._processor, bucket, frames, self._layout, _engine_watermark(watermark)
         )
-        self._save(bucket, watermark)
+        self._save(bucket, watermark, stored is None)
         yield from _records_out(run.records)
 
     def handleExpiredTimer(
@@ -256,10 +261,10 @@ class PerKeyDetector(StatefulProcessor):
         bucket = BucketState()
         bucket.set(stored[1], stored[0], expiredTimerInfo.getExpiryTimeInMs())
         records = fire_due_keys(self._processor, bucket, _engine_watermark(watermark))
-        self._save(bucket, watermark)
+        self._save(bucket, watermark, False)
         yield from _records_out(records)
 
-    def _save(self, bucket: BucketState, watermark_ms: int) -> None:
+    def _save(self, bucket: BucketState, watermark_ms: int, was_empty: bool) -> None:
         if not bucket.keys:
             self._state.clear()
             return
@@ -270,7 +275,8 @@ class PerKeyDetector(StatefulProcessor):
             self._state.clear()
         else:
             self._state.update((slot.state, text))
-            _register_end_timer(self._handle, watermark_ms)
+            if was_empty:
+                _register_end_timer(self._handle, watermark_ms)
 
     def close(self) -> None:
         """Nothing to release: state lives in Spark's store."""
