@@ -131,10 +131,13 @@ class Letter:
 
     ``tail`` says whether the occurrence lies inside a trailing quantifier of the pattern
     (greedy or reluctant), which decides when a match that could still grow is reported.
+    ``place`` is the variable's place in the pattern text (:attr:`CompiledRule.places`): the
+    copies of one place made by unrolling ``{n,m}`` share it, two places of ``a b a`` do not.
     """
 
     index: int
     var: int
+    place: int
     tail: int = TAIL_NONE
 
 
@@ -159,13 +162,17 @@ class _Node:
     eps: list[tuple[int, int | None]] = field(default_factory=list)
     take: tuple[int, int] | None = None
     accept: bool = False
+    #: Entry (``opens``) and exit (``closes``) of an iteration beyond a quantifier's minimum
+    #: whose body may match nothing: a PROCEED path may not cross both (an empty iteration).
+    opens: int = -1
+    closes: int = -1
 
 
 @dataclass(frozen=True)
 class StateSummary:
     """What the runtime needs to know about a set of letters (a partial match's position)."""
 
-    takes: dict[int, tuple[tuple[int, frozenset[int]], ...]]  # var -> (letter, guards) ...
+    takes: dict[int, tuple[tuple[int, frozenset[int]], ...]]  # place -> (letter, guards) ...
     accepts: tuple[frozenset[int], ...]
     guards: frozenset[int]
     greedy_tail_take: bool
@@ -174,6 +181,12 @@ class StateSummary:
 @dataclass(frozen=True, eq=False)
 class CompiledRule:
     """An immutable compiled rule, shared across keys and threads.
+
+    A partial match binds events to *places*: the occurrences of variables in the pattern
+    text, numbered in text order (``!x`` included). ``places[k]`` is the variable of place
+    ``k``; a pattern that names each variable once has ``places == (0, 1, 2, ...)``. Conditions,
+    emitted events and skip targets are per variable: a variable named at several places
+    binds the events of all of them.
 
     Only ``_summaries`` is mutated after construction: it memoises :meth:`summary` and the
     runtime's lookup tables, never changing a result, so sharing is safe.
@@ -196,6 +209,7 @@ class CompiledRule:
     variables: tuple[str, ...]
     conditions: tuple[Condition, ...]
     bound_vars: frozenset[int]
+    places: tuple[int, ...]
     letters: tuple[Letter, ...]
     guards: tuple[int, ...]
     start: tuple[ClosureItem, ...]
@@ -207,6 +221,8 @@ class CompiledRule:
     _summaries: dict = field(default_factory=dict, repr=False)
     #: Bits of variables whose columnar mask bit is exact (no row-wise check needed).
     pure_bits: int = field(default=0, init=False)
+    #: Some variable is named at more than one place of the pattern.
+    reuses_variables: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         bits = 0
@@ -214,6 +230,7 @@ class CompiledRule:
             if cond.current_only:
                 bits |= 1 << i
         object.__setattr__(self, "pure_bits", bits)
+        object.__setattr__(self, "reuses_variables", len(set(self.places)) < len(self.places))
 
     def summary(self, letters: tuple[int, ...]) -> StateSummary:
         """Takes, accepts and guards reachable from a set of letters (-1 stands for START)."""
@@ -236,7 +253,7 @@ class CompiledRule:
                     accepts.append(item.guards)
                     continue
                 letter = self.letters[item.letter]
-                takes.setdefault(letter.var, []).append((item.letter, item.guards))
+                takes.setdefault(letter.place, []).append((item.letter, item.guards))
                 greedy_tail = greedy_tail or letter.tail == TAIL_GREEDY
         result = StateSummary(
             takes={v: tuple(ts) for v, ts in takes.items()},
@@ -351,15 +368,35 @@ def _check_negations(p: ast.Pattern) -> None:
         _check_negations(p.inner)
 
 
-class _Builder:
-    """Thompson construction with preference-ordered ε-edges and tail tagging."""
+def _placed(p: ast.Pattern, names: list[str]) -> ast.Pattern:
+    """``p`` with each variable occurrence renamed to its place (``a b a`` -> ``a#0 b#1 a#2``).
 
-    def __init__(self, var_index: Mapping[str, int]):
+    ``names`` collects the original name of each place, in text order.
+    """
+    if isinstance(p, ast.PatVar | ast.PatAbsent):
+        names.append(p.name)
+        return dataclasses.replace(p, name=f"{p.name}#{len(names) - 1}")
+    if isinstance(p, ast.PatSeq):
+        return dataclasses.replace(p, items=tuple(_placed(i, names) for i in p.items))
+    if isinstance(p, ast.PatAlt):
+        return dataclasses.replace(p, options=tuple(_placed(o, names) for o in p.options))
+    return dataclasses.replace(p, inner=_placed(p.inner, names))
+
+
+class _Builder:
+    """Thompson construction with preference-ordered ε-edges and tail tagging.
+
+    It builds a pattern whose names are places (:func:`_placed`): ``places[name]`` gives the
+    place's number and its variable.
+    """
+
+    def __init__(self, places: Mapping[str, tuple[int, int]]):
         self.nodes: list[_Node] = []
         self.letters: list[Letter] = []
         self.guards: list[int] = []
         self.targets: list[int] = []
-        self.var_index = var_index
+        self.places = places
+        self.iterations = 0
 
     def node(self) -> int:
         self.nodes.append(_Node())
@@ -377,11 +414,10 @@ class _Builder:
                     "steps); use smaller {n,m} bounds",
                     p.span,
                 )
+            place, var = self.places[p.name]
             self.letters.append(
                 Letter(
-                    len(self.letters),
-                    self.var_index[p.name],
-                    tag if (trailing or inside) else TAIL_NONE,
+                    len(self.letters), var, place, tag if (trailing or inside) else TAIL_NONE
                 )
             )
             self.nodes[s].take = (len(self.letters) - 1, t)
@@ -389,7 +425,7 @@ class _Builder:
             return s, t
         if isinstance(p, ast.PatAbsent):
             s, t = self.node(), self.node()
-            self.guards.append(self.var_index[p.name])
+            self.guards.append(self.places[p.name][1])
             self.nodes[s].eps.append((t, len(self.guards) - 1))
             return s, t
         if isinstance(p, ast.PatSeq):
@@ -438,6 +474,7 @@ class _Builder:
         if p.max is None:
             loop, out = self.node(), self.node()
             a, b = self.build(p.inner, trailing, tag, inside)
+            self._non_empty(a, b, inner_nullable)
             self._choice(loop, a, out, p.greedy)
             self.nodes[b].eps.append((loop, None))
             self.nodes[cur].eps.append((loop, None))
@@ -445,10 +482,21 @@ class _Builder:
         out = self.node()
         for _ in range(p.max - p.min):
             a, b = self.build(p.inner, trailing, tag, inside)
+            self._non_empty(a, b, inner_nullable)
             self._choice(cur, a, out, p.greedy)
             cur = b
         self.nodes[cur].eps.append((out, None))
         return entry, out
+
+    def _non_empty(self, entry: int, exit_: int, nullable: bool) -> None:
+        """Forbid an empty pass from ``entry`` to ``exit_`` (an optional iteration).
+
+        Beyond its minimum, an iteration of a quantifier must take an event
+        (docs/semantics.md, "Empty iterations"); the mandatory copies may match nothing.
+        """
+        if nullable:
+            self.nodes[entry].opens = self.nodes[exit_].closes = self.iterations
+            self.iterations += 1
 
     def _choice(self, at: int, enter: int, leave: int, greedy: bool) -> None:
         first, second = (enter, leave) if greedy else (leave, enter)
@@ -458,14 +506,21 @@ class _Builder:
         """The ordered PROCEED closure of a node: TAKE and ACCEPT items in preference order."""
         out: list[ClosureItem] = []
         emitted: set[tuple[int, frozenset[int]]] = set()
-        seen: set[tuple[int, frozenset[int]]] = set()
-        stack: list[tuple[int, frozenset[int]]] = [(start, frozenset())]
+        seen: set[tuple[int, frozenset[int], frozenset[int]]] = set()
+        # (node, guards crossed, optional iterations entered on this path without a TAKE)
+        stack: list[tuple[int, frozenset[int], frozenset[int]]] = [
+            (start, frozenset(), frozenset())
+        ]
         while stack:
-            n, guards = stack.pop()
-            if (n, guards) in seen:
+            n, guards, entered = stack.pop()
+            if (n, guards, entered) in seen:
                 continue
-            seen.add((n, guards))
+            seen.add((n, guards, entered))
             node = self.nodes[n]
+            if node.closes in entered:
+                continue
+            if node.opens >= 0:
+                entered = entered | {node.opens}
             if node.take is not None:
                 key = (node.take[0], guards)
                 if key not in emitted:
@@ -477,7 +532,9 @@ class _Builder:
                     emitted.add(key)
                     out.append(ClosureItem(-1, guards))
             for target, guard in reversed(node.eps):
-                stack.append((target, guards | {guard} if guard is not None else guards))
+                stack.append(
+                    (target, guards | {guard} if guard is not None else guards, entered)
+                )
         return tuple(out)
 
 
@@ -728,8 +785,11 @@ def compile_rule(
                 f"{rule.skip.var}` names no variable of the pattern",
                 rule.skip.span,
             )
-    builder = _Builder(var_index)
-    entry, exit_ = builder.build(rule.pattern, True, TAIL_NONE)
+    place_names: list[str] = []
+    placed = _placed(rule.pattern, place_names)
+    places = tuple(var_index[n] for n in place_names)
+    builder = _Builder({f"{n}#{k}": (k, var_index[n]) for k, n in enumerate(place_names)})
+    entry, exit_ = builder.build(placed, True, TAIL_NONE)
     builder.nodes[exit_].accept = True
     start = builder.closure(entry)
     after = tuple(builder.closure(t) for t in builder.targets)
@@ -784,12 +844,16 @@ def compile_rule(
     prev_depth = max((c.prev_depth for c in conds), default=0)
     needs_every = rule.contiguity == "strict" or prev_depth > 0 or bool(builder.guards)
     skip_var = var_index[rule.skip.var] if rule.skip.kind in ("to_first", "to_last") else None
+    # A pattern that names a variable at several places records them: its partial matches
+    # bind places, so state written before places existed must not be read as its own.
+    reuse = [list(places)] if len(set(places)) < len(places) else []
     fingerprint = hashlib.sha256(
         json.dumps(
             [
                 rule.name,
                 version,
                 order,
+                *reuse,
                 [(lt.var, lt.tail) for lt in builder.letters],
                 builder.guards,
                 [[(i.letter, sorted(i.guards)) for i in items] for items in (start, *after)],
@@ -816,6 +880,7 @@ def compile_rule(
         variables=tuple(order),
         conditions=tuple(conds),
         bound_vars=bound,
+        places=places,
         letters=tuple(builder.letters),
         guards=tuple(builder.guards),
         start=start,

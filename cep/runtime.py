@@ -66,17 +66,19 @@ class _Event:
 
 
 class _Binding:
-    """One link of a persistent binding list: ``var`` bound to ``event`` after ``parent``.
+    """One link of a persistent binding list: ``event`` taken at ``place`` after ``parent``.
 
-    Partial matches that share a prefix share its links, and through them the buffered events
-    (the role of Flink's SharedBuffer).
+    ``place`` is a variable's place in the pattern (:attr:`CompiledRule.places` maps it to the
+    variable), so two parses that bind the same events to the same variable at different
+    places are different partial matches. Partial matches that share a prefix share its
+    links, and through them the buffered events (the role of Flink's SharedBuffer).
     """
 
-    __slots__ = ("parent", "var", "event")
+    __slots__ = ("parent", "place", "event")
 
-    def __init__(self, parent: _Binding | None, var: int, event: _Event):
+    def __init__(self, parent: _Binding | None, place: int, event: _Event):
         self.parent = parent
-        self.var = var
+        self.place = place
         self.event = event
 
     def chain(self) -> list[_Binding]:
@@ -142,25 +144,31 @@ class _StrictRun:
 
 
 class _Context:
-    """The ``MatchContext`` a condition sees: bindings so far, the candidate, ``prev``."""
+    """The ``MatchContext`` a condition sees: bindings so far, the candidate, ``prev``.
 
-    __slots__ = ("node", "var", "current", "history", "index")
+    ``var`` is the variable the candidate event is tested for; a variable's bindings are the
+    events taken at any of its places.
+    """
 
-    def __init__(self, node, var, current, history, index):
+    __slots__ = ("node", "var", "current", "history", "index", "places")
+
+    def __init__(self, node, var, current, history, index, places):
         self.node = node
         self.var = var
         self.current = current
         self.history = history
         self.index = index
+        self.places = places
 
     def bound(self, var: str) -> Sequence[Mapping[str, Any]]:
         idx = self.index.get(var)
         if idx is None:
             return []
         out = []
+        places = self.places
         node = self.node
         while node is not None:
-            if node.var == idx:
+            if places[node.place] == idx:
                 out.append(node.event.fields)
             node = node.parent
         out.reverse()
@@ -323,7 +331,9 @@ class _Evaluator:
             return True
         if self.mask is not None and (self.pure >> var) & 1:
             return True
-        ctx = _Context(node, var, event.fields, self.state.history, self.index)
+        ctx = _Context(
+            node, var, event.fields, self.state.history, self.index, self.rule.places
+        )
         try:
             return bool(cond.predicate(event.fields, ctx))
         except Exception as exc:  # compiled predicates never raise; an embedder's may
@@ -342,7 +352,7 @@ def _var_index(rule: CompiledRule) -> dict[str, int]:
 
 
 def _pref(node: _Binding) -> tuple:
-    return tuple((b.event.pos, b.var) for b in node.chain())
+    return tuple((b.event.pos, b.place) for b in node.chain())
 
 
 def _emit_values(rule: CompiledRule, key: dict[str, Any], last: Any, ctx: Any) -> dict:
@@ -367,13 +377,16 @@ def _build_match(
 ) -> Match:
     chain = node.chain()
     events: dict[str, list[Any]] = {}
+    names, places = rule.variables, rule.places
     for b in chain:
-        events.setdefault(rule.variables[b.var], []).append(b.event.id)
+        events.setdefault(names[places[b.place]], []).append(b.event.id)
     first, last = chain[0].event, chain[-1].event
     key = _key_dict(rule, state, first)
     values = (
         dict(key) if rule.emit is None
-        else _emit_values(rule, key, last, _Context(node, None, None, (), _var_index(rule)))
+        else _emit_values(
+            rule, key, last, _Context(node, None, None, (), _var_index(rule), rule.places)
+        )
     )
     return Match(
         rule=rule.name,
@@ -412,11 +425,20 @@ class _Emitter:
         if not found:
             return
         found.sort(key=lambda f: _pref(f[0]))
+        # Parses that bind the same events to the same variables at different places are
+        # one match when they are emitted together (docs/semantics.md, rule 7).
+        reported: set[tuple] | None = set() if self.rule.reuses_variables else None
         for node, end in found:
             chain = node.chain()
             first = chain[0].event.pos
             if first < self.state.resume:
                 continue
+            if reported is not None:
+                places = self.rule.places
+                word = tuple((b.event.pos, places[b.place]) for b in chain)
+                if word in reported:
+                    continue
+                reported.add(word)
             self.out.append(_build_match(self.rule, self.state, node, end))
             self.state.resume = self._resume_after(chain, first)
         self._discard_before(self.state.resume)
@@ -429,7 +451,8 @@ class _Emitter:
             return first + 1
         if kind == "no_skip":
             return self.state.resume
-        positions = [b.event.pos for b in chain if b.var == self.rule.skip_var]
+        places = self.rule.places
+        positions = [b.event.pos for b in chain if places[b.place] == self.rule.skip_var]
         if not positions:
             return first + 1
         target = positions[0] if kind == "to_first" else positions[-1]
@@ -535,6 +558,7 @@ def _relaxed_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
     event = ev.event
     within = rule.within_ms
     relaxed = rule.contiguity == "relaxed"
+    place_var = rule.places
     found: list[tuple[_Binding, int | None]] = []
 
     survivors: list[_Absence] = []
@@ -552,8 +576,8 @@ def _relaxed_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
             continue
         summary = rule.summary(p.letters)
         fitted = False
-        for var, options in summary.takes.items():
-            if not ev.fits(var, p.node):
+        for place, options in summary.takes.items():
+            if not ev.fits(place_var[place], p.node):
                 continue
             fitted = True
             if len(options) == 1:
@@ -562,7 +586,7 @@ def _relaxed_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
             else:
                 targets = sorted({lt for lt, guards in options if not (guards & p.blocked)})
             if targets:
-                children.append(_child(rule, state, p, var, targets, event))
+                children.append(_child(rule, state, p, place, targets, event))
         if fitted and relaxed:
             continue
         if summary.guards:
@@ -575,10 +599,10 @@ def _relaxed_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
 
     if state.pos - 1 >= state.resume:
         start = rule.summary((-1,))
-        for var, options in start.takes.items():
-            if ev.fits(var, None):
+        for place, options in start.takes.items():
+            if ev.fits(place_var[place], None):
                 targets = sorted({letter for letter, _ in options})
-                children.append(_child(rule, state, None, var, targets, event))
+                children.append(_child(rule, state, None, place, targets, event))
 
     for child in children:
         summary = rule.summary(child.letters)
@@ -611,7 +635,7 @@ def _child(
     rule: CompiledRule,
     state: RuleState,
     parent: _Partial | None,
-    var: int,
+    place: int,
     targets: list[int],
     event: _Event,
 ) -> _Partial:
@@ -627,7 +651,7 @@ def _child(
             after_reluctant = parent.after_reluctant
     state.born += 1
     return _Partial(
-        node=_Binding(parent.node if parent is not None else None, var, event),
+        node=_Binding(parent.node if parent is not None else None, place, event),
         letters=tuple(targets),
         blocked=frozenset(),
         supersedes=supersedes,
@@ -670,7 +694,7 @@ def _arrive(rule: CompiledRule, state: RuleState, child: _Partial, summary, foun
 
 
 def _strict_table(rule: CompiledRule) -> tuple:
-    """Per letter: (variable, the PROCEED items up to the first plain ACCEPT, accepts?)."""
+    """Per letter: (variable, PROCEED items up to the first plain ACCEPT, accepts?, place)."""
     table = rule._summaries.get("__strict__")
     if table is None:
         rows = []
@@ -682,7 +706,7 @@ def _strict_table(rule: CompiledRule) -> tuple:
                     accepts = True
                     break
                 kept.append((item.letter, item.guards))
-            rows.append((letter.var, tuple(kept), accepts))
+            rows.append((letter.var, tuple(kept), accepts, letter.place))
         starts = tuple(item.letter for item in rule.start if not item.is_accept)
         table = rule._summaries["__strict__"] = (tuple(rows), starts)
     return table
@@ -709,9 +733,9 @@ def _strict_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
         if len(run.entries) == 1 and run.entries[0][0] >= 0:
             # One waiting alternative: its closure items are distinct, nothing to deduplicate.
             letter, node, _ = run.entries[0]
-            var, items, accepts = rows[letter]
+            var, items, accepts, place = rows[letter]
             if in_window and fits(var, node):
-                child = _Binding(node, var, event)
+                child = _Binding(node, place, event)
                 fresh = [(t, child, g if t < 0 else _NO_GUARDS) for t, g in items]
                 if accepts:
                     run.best, run.best_end = child, event.ts
@@ -731,13 +755,13 @@ def _strict_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
                     seen.add((letter, id(node), entry_guards))
                     fresh.append(entry)
                 continue
-            var, items, accepts = rows[letter]
+            var, items, accepts, place = rows[letter]
             if not in_window or not fits(var, node):
                 continue
-            key = (id(node), var)
+            key = (id(node), place)
             child = children.get(key)
             if child is None:
-                child = children[key] = _Binding(node, var, event)
+                child = children[key] = _Binding(node, place, event)
             for target, guards in items:
                 mark = (target, id(child), guards)
                 if mark in seen:
@@ -896,7 +920,7 @@ def _encode(state: RuleState) -> bytes:
             if e.pos not in events:
                 events[e.pos] = [e.pos, e.id, e.stream, e.ts, e.fields]
             nodes[id(n)] = len(node_rows)
-            node_rows.append([parent, n.var, e.pos])
+            node_rows.append([parent, n.place, e.pos])
         return nodes[id(node)]
 
     body = {
@@ -1005,13 +1029,13 @@ def _rebuild(body: dict, rule: CompiledRule) -> RuleState:
     n_letters = len(rule.letters)
     events = {row[0]: _Event(row[0], row[1], row[2], row[3], row[4]) for row in body["e"]}
     nodes: list[_Binding] = []
-    for parent, var, pos in body["n"]:
-        if not 0 <= var < len(rule.variables):
+    for parent, place, pos in body["n"]:
+        if not 0 <= place < len(rule.places):
             raise StateFormatError(
-                f"rule state for {rule.name} names variable #{var}, but the rule has "
-                f"{len(rule.variables)}; was it written by another version of the rule?"
+                f"rule state for {rule.name} names pattern place #{place}, but the rule has "
+                f"{len(rule.places)}; was it written by another version of the rule?"
             )
-        nodes.append(_Binding(nodes[parent] if parent >= 0 else None, var, events[pos]))
+        nodes.append(_Binding(nodes[parent] if parent >= 0 else None, place, events[pos]))
 
     def node(i: int) -> _Binding | None:
         return nodes[i] if i >= 0 else None

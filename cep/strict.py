@@ -398,7 +398,7 @@ class _Automaton:
         """One event for every alternative of a run, as ``cep.runtime._strict_step`` does.
 
         Returns ``(new_sid, children, classes, best, length)``: ``children`` lists ``(parent
-        class, variable)`` per binding created, in creation order; ``classes`` the child of
+        class, place)`` per binding created, in creation order; ``classes`` the child of
         each class of the new state; ``best`` the child that reached a plain ACCEPT (-1: none).
         """
         found = self.steps[sid].get(bits)
@@ -411,13 +411,13 @@ class _Automaton:
         seen: set[tuple[int, int]] = set()
         best = -1
         for letter, cls in self.sigs[sid]:
-            var, items, accepts = rows[letter]
+            var, items, accepts, place = rows[letter]
             if not (bits >> var) & 1:
                 continue
-            child = made.get((cls, var))
+            child = made.get((cls, place))
             if child is None:
-                child = made[(cls, var)] = len(children)
-                children.append((cls, var))
+                child = made[(cls, place)] = len(children)
+                children.append((cls, place))
             for target, _guards in items:
                 if (target, child) not in seen:
                     seen.add((target, child))
@@ -482,7 +482,7 @@ class _Scan:
         for i in range(run.anchor, upto):
             sig, children, classes, best, _ = step_of(sig, self.bits[i])
             ev = self.event(i)
-            made = [_Binding(nodes[cls], var, ev) for cls, var in children]
+            made = [_Binding(nodes[cls], place, ev) for cls, place in children]
             if i == run.best_step:
                 run.best_node = made[best]
             nodes = [made[c] for c in classes]
@@ -500,13 +500,13 @@ class _Scan:
         return node
 
     def word(self, run: _Run) -> list[tuple[int, _Event]]:
-        """The ``(variable, event)`` pairs of a finished run's best match.
+        """The ``(place, event)`` pairs of a finished run's best match.
 
         Unlike :meth:`best` it builds no binding list for the part of the match in this call:
         the run is over, so nothing will share them.
         """
         if run.best_step < 0:
-            return [(b.var, b.event) for b in self.best(run).chain()]
+            return [(b.place, b.event) for b in self.best(run).chain()]
         roots = run.roots
         current: list[Any] = roots.nodes() if type(roots) is _Pending else list(roots)
         sig = run.anchor_sig
@@ -514,7 +514,7 @@ class _Scan:
         tip: Any = None
         for i in range(run.anchor, run.best_step + 1):
             sig, children, classes, best, _ = step_of(sig, self.bits[i])
-            made = [(current[cls], var, i) for cls, var in children]
+            made = [(current[cls], place, i) for cls, place in children]
             if i == run.best_step:
                 tip = made[best]
                 break
@@ -525,7 +525,7 @@ class _Scan:
             tip = tip[0]
         out.reverse()
         if tip is not None:
-            out[:0] = [(b.var, b.event) for b in tip.chain()]
+            out[:0] = [(b.place, b.event) for b in tip.chain()]
         return out
 
     def concrete(self, run: _Run, upto: int) -> _StrictRun:
@@ -683,12 +683,12 @@ class _MatchContext:
 def _match(
     rule: CompiledRule, state: RuleState, word: list[tuple[int, _Event]], end_ms: int
 ) -> Match:
-    """``cep.runtime._build_match`` over a match's ``(variable, event)`` pairs."""
-    names = rule.variables
+    """``cep.runtime._build_match`` over a match's ``(place, event)`` pairs."""
+    names, places = rule.variables, rule.places
     events: dict[str, list[Any]] = {}
     by_var: dict[str, list[Mapping[str, Any]]] = {}
-    for var, ev in word:
-        name = names[var]
+    for place, ev in word:
+        name = names[places[place]]
         ids = events.get(name)
         if ids is None:
             events[name] = [ev.id]
@@ -723,7 +723,8 @@ def _resume(rule: CompiledRule, resume: int, word: list[tuple[int, _Event]], fir
         return first + 1
     if kind == "no_skip":
         return resume
-    positions = [ev.pos for var, ev in word if var == rule.skip_var]
+    places = rule.places
+    positions = [ev.pos for place, ev in word if places[place] == rule.skip_var]
     if not positions:
         return first + 1
     target = positions[0] if kind == "to_first" else positions[-1]

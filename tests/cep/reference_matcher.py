@@ -5,6 +5,11 @@ stream with a backtracking regex matcher over the pattern's syntax tree, filters
 rules of the semantics one by one, works out when each reported match would be emitted, and
 applies the after-match skip strategy in emission order. Exponential on purpose; keep streams
 small.
+
+A candidate binds its events to *places*, the occurrences of variables in the pattern text:
+the matcher renames each occurrence (``a b a`` becomes ``a#0 b#1 a#2``) and works on the
+renamed pattern, so two parses that give the events the same variables are two candidates.
+Conditions, reported events and skip targets see variables: the union of their places.
 """
 
 from __future__ import annotations
@@ -39,7 +44,10 @@ class RefMatch:
 
 
 class RefContext:
-    """The match context a condition sees: earlier bindings, the candidate, prev()."""
+    """The match context a condition sees: earlier bindings, the candidate, prev().
+
+    ``binds`` holds ``(pos, place)`` pairs; a variable's events are those of all its places.
+    """
 
     def __init__(self, stream, binds, var, pos):
         self.stream = stream
@@ -48,7 +56,7 @@ class RefContext:
         self.pos = pos
 
     def bound(self, var: str):
-        out = [self.stream[p].fields for p, v in self.binds if v == var]
+        out = [self.stream[p].fields for p, v in self.binds if variable_of(v) == var]
         if var == self.var:
             out.append(self.stream[self.pos].fields)
         return out
@@ -56,6 +64,29 @@ class RefContext:
     def prev(self, n: int = 1):
         p = self.pos - n
         return self.stream[p].fields if 0 <= p and n >= 1 else None
+
+
+def variable_of(place: str) -> str:
+    """The variable of a place name made by :func:`with_places` (``a#2`` -> ``a``)."""
+    return place.rpartition("#")[0]
+
+
+def with_places(p):
+    """The pattern with each variable occurrence renamed ``name#k`` (k-th occurrence in text)."""
+    counter = iter(range(1 << 30))
+
+    def walk(q):
+        if isinstance(q, ast.PatVar):
+            return ast.PatVar(f"{q.name}#{next(counter)}")
+        if isinstance(q, ast.PatAbsent):
+            return ast.PatAbsent(f"{q.name}#{next(counter)}")
+        if isinstance(q, ast.PatSeq):
+            return ast.PatSeq(tuple(walk(i) for i in q.items))
+        if isinstance(q, ast.PatAlt):
+            return ast.PatAlt(tuple(walk(o) for o in q.options))
+        return ast.PatQuant(walk(q.inner), q.min, q.max, q.greedy)
+
+    return walk(p)
 
 
 def _nullable(p) -> bool:
@@ -165,6 +196,8 @@ class ReferenceMatcher:
     within_ms: int | None = None
 
     def __post_init__(self) -> None:
+        # From here on "variable" in the matcher means a place (see the module docstring).
+        self.pattern = with_places(self.pattern)
         names: list[str] = []
         absent: list[str] = []
         self._collect(self.pattern, names, absent)
@@ -201,7 +234,8 @@ class ReferenceMatcher:
 
     # -- conditions
 
-    def fits(self, stream, var, pos, binds) -> bool:
+    def fits(self, stream, place, pos, binds) -> bool:
+        var = variable_of(place)
         cond = self.conditions.get(var)
         if cond is None:
             return True
@@ -230,13 +264,20 @@ class ReferenceMatcher:
         reported.sort(key=lambda r: (r[0], r[1][0][0], self._pref(r[1])))
         out: list[RefMatch] = []
         resume = 0
-        for _slot, binds, end in reported:
+        seen: set[tuple] = set()
+        for slot, binds, end in reported:
             first = binds[0][0]
             if first < resume:
                 continue
+            # Two parses that give the same events the same variables, emitted at the same
+            # moment, are one match.
+            labelled = (slot, tuple((p, variable_of(v)) for p, v in binds))
+            if labelled in seen:
+                continue
+            seen.add(labelled)
             events: dict[str, list[Any]] = {}
             for p, v in binds:
-                events.setdefault(v, []).append(stream[p].id)
+                events.setdefault(variable_of(v), []).append(stream[p].id)
             out.append(RefMatch(events, stream[first].ts, end))
             resume = self._resume(binds, resume)
         return out
@@ -252,7 +293,7 @@ class ReferenceMatcher:
             return first + 1
         if self.skip == "no_skip":
             return resume
-        positions = [p for p, v in binds if v == self.skip_var]
+        positions = [p for p, v in binds if variable_of(v) == self.skip_var]
         if not positions:
             return first + 1
         target = positions[0] if self.skip == "to_first" else positions[-1]

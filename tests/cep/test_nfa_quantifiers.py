@@ -111,3 +111,20 @@ def test_group_quantifier():
 def test_huge_bounds_are_rejected_with_a_clear_error():
     with pytest.raises(RuleCompileError, match="too large"):
         compile_text("rule r from s pattern a{1,5000}", TYPES)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "spec", "contiguity", "expected"),
+    [
+        # The first iteration (mandatory) is empty, as a?? prefers; the optional ones may not
+        # be, so each takes an event.
+        ("(a??){1,3}", [("a", 0, 1), ("a", 0, 2)], "strict", [{"a": [0, 1]}]),
+        ("(a?){2} b", [("a", 0, 1), ("a", 0, 2), ("b", 0, 3)], "strict",
+         [{"a": [0, 1], "b": [2]}]),
+        # (a? b?)* cannot loop on nothing: the match ends where the events stop fitting.
+        ("c (a? b?)* c", [("c", 0, 1), ("a", 0, 2), ("b", 0, 3), ("b", 0, 4), ("c", 0, 5)],
+         "strict", [{"c": [0, 4], "a": [1], "b": [2, 3]}]),
+    ],
+)
+def test_quantified_elements_that_may_match_nothing(pattern, spec, contiguity, expected):
+    assert run(pattern, spec, contiguity=contiguity, skip="skip past last") == expected
