@@ -33,6 +33,7 @@ __all__ = [
     "parse_timestamp",
     "plain_value",
     "stream_of",
+    "time_column_ms",
 ]
 
 STREAM_FIELD = "stream"
@@ -485,6 +486,24 @@ def parse_timestamp(value: Any, unit_ms: int = 1000, name: str = "ts") -> int:
         EventReason.BAD_TIMESTAMP,
         f"field '{name}' expected an ISO-8601 timestamp or epoch number, got {_describe(value)}",
     )
+
+
+def time_column_ms(column: pd.Series, name: str, unit_ms: int) -> np.ndarray:
+    """Event times (epoch ms, as float) of a column of raw time values, parsed as
+    :func:`parse_timestamp` parses one; ``NaN`` where a value is missing or not a time.
+
+    Examples
+    --------
+    >>> time_column_ms(pd.Series([1.5, None]), "ts", 1000).tolist()
+    [1500.0, nan]
+    >>> time_column_ms(pd.Series(["1970-01-01T00:00:01Z", "soon"]), "ts", 1).tolist()
+    [1000.0, nan]
+    """
+    converted, failed = _timestamp_column(column, name, unit_ms)
+    out = pd.to_numeric(pd.Series(converted), errors="coerce").to_numpy(dtype=np.float64)
+    for position, _reason, _detail in failed:
+        out[position] = np.nan
+    return out
 
 
 def _convert_column(

@@ -300,30 +300,36 @@ def process_bucket(
     frames: Iterable[pd.DataFrame],
     layout: EventLayout,
     watermark_ms: int,
+    *,
+    filtered: bool | None = None,
 ) -> BucketRun:
     """Feed one bucket's new rows to the processor, key by key, and update ``bucket`` in place.
 
     Rows whose event time is behind ``watermark_ms`` are late: they become ``late`` dead
     letters here, because Spark would otherwise drop them silently before a stateful operator.
+    ``filtered`` says the rows were already narrowed to those the processor may need (``True``)
+    or still need the row-by-row test (``False``); ``None`` lets this function decide from the
+    rows' JSON text.
     """
     frame = _ordered(frames)
     run = BucketRun(records=[])
     if frame.empty:
         return run
     run.events = len(frame)
-    filtered = False
-    if layout.json_column is not None and TIME_COLUMN in frame.columns:
-        stamps = frame[TIME_COLUMN]
-        if not stamps.isna().any():
-            stamps = stamps.to_numpy(dtype=np.int64)
-            needed = needed_rows_from_json(
-                processor, frame[layout.json_column].tolist(), stamps, layout.default_stream
-            )
-            if needed is not None:
-                # Only the rows a rule may take, and late rows (reported with their content),
-                # become Python objects.
-                frame = frame[needed | (stamps < watermark_ms)]
-                filtered = True
+    if filtered is None:
+        filtered = False
+        if layout.json_column is not None and TIME_COLUMN in frame.columns:
+            stamps = frame[TIME_COLUMN]
+            if not stamps.isna().any():
+                stamps = stamps.to_numpy(dtype=np.int64)
+                needed = needed_rows_from_json(
+                    processor, frame[layout.json_column].tolist(), stamps, layout.default_stream
+                )
+                if needed is not None:
+                    # Only the rows a rule may take, and late rows (reported with their
+                    # content), become Python objects.
+                    frame = frame[needed | (stamps < watermark_ms)]
+                    filtered = True
     events, bad = frame_events(frame, layout)
     run.records.extend(dead_letter_record(letter) for letter in bad)
     times = _times_of(frame)

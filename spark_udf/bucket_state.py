@@ -20,7 +20,9 @@ NO_TIME = -(2**63)
 """Stored in place of a missing time (no timer due, no timer registered)."""
 
 _MAGIC = b"VGBK"
-_FORMAT_VERSION = 1
+# Version 2: JSON rows are bucketed by a hash of their key computed in Python
+# (spark_udf.routing), so a version-1 checkpoint's keys would sit in other buckets.
+_FORMAT_VERSION = 2
 _HEADER = struct.Struct("<4sBqI")
 _ENTRY = struct.Struct("<IIq")
 _NO_STATE = 0xFFFFFFFF
@@ -112,7 +114,8 @@ class BucketState:
         if version != _FORMAT_VERSION:
             raise BucketStateError(
                 f"bucket state format version {version} is not supported "
-                f"(expected {_FORMAT_VERSION})"
+                f"(expected {_FORMAT_VERSION}); the checkpoint was written by another version "
+                "of Vigil, start from a new checkpoint directory"
             )
         offset = _HEADER.size
         keys: dict[str, KeySlot] = {}

@@ -5,11 +5,13 @@ timers) or static (a backtest through ``applyInPandas``), with the same results.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -40,8 +42,20 @@ from spark_udf.batch import (
 )
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
-from spark_udf.packing import PACKED_SCHEMA, pack_batches, unpack_frames
+from spark_udf.packing import PACKED_SCHEMA, pack_batches, unpack_tables
 from spark_udf.records import OUTPUT_COLUMNS, key_text, match_record, records_frame
+from spark_udf.routing import (
+    MAX_TIME_COLUMN,
+    NEED_COLUMN,
+    NEED_NO,
+    NEED_UNKNOWN,
+    ROUTED_SCHEMA,
+    JsonRoute,
+    ProcessorSource,
+    StreamRoute,
+    resolve_processor,
+    route_batches,
+)
 
 __all__ = [
     "LAYOUTS",
@@ -69,9 +83,6 @@ _JSON_PREFIX = "_vigil_j"
 _WATERMARK_COLUMN = "_vigil_wm"
 _UNITS_MS = {"ms": 1, "s": 1000}
 _DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-ProcessorSource = KeyedProcessor | Callable[[], KeyedProcessor]
-
 
 def parse_lateness(value: int | str | Any) -> int:
     """Milliseconds of a lateness given as int ms, ``"30s"``-style text or an AST ``Duration``.
@@ -114,12 +125,6 @@ def _register_end_timer(handle: StatefulProcessorHandle, spark_watermark_ms: int
         handle.registerTimer(END_WATERMARK_MS)
 
 
-def _resolve(source: ProcessorSource) -> KeyedProcessor:
-    if hasattr(source, "process") and hasattr(source, "key_of"):
-        return source  # type: ignore[return-value]
-    return source()  # type: ignore[operator]
-
-
 def _named(frames: Iterator[pd.DataFrame], columns: tuple[str, ...]) -> Iterator[pd.DataFrame]:
     # Spark 4.3 rebuilds each chunk from ``itertuples`` rows, which renames columns that are
     # not identifiers (``_seq`` arrives as ``_4``); the column order is kept, so restore names.
@@ -131,6 +136,22 @@ def _named(frames: Iterator[pd.DataFrame], columns: tuple[str, ...]) -> Iterator
             )
         frame.columns = list(columns)
         yield frame
+
+
+def _unpacked(payloads: list[bytes], watermark_ms: int) -> tuple[list[pd.DataFrame], bool | None]:
+    """A bucket's blobs as frames. Routed blobs (see :mod:`spark_udf.routing`) flag the rows
+    no rule can take: only the others, late rows and rows without a time become pandas rows;
+    the flag says whether every row was decided column-wise (``None`` for plain blobs)."""
+    tables = list(unpack_tables(payloads))
+    if not tables or NEED_COLUMN not in tables[0].column_names:
+        return [t.to_pandas() for t in tables], None
+    table = pa.concat_tables(tables)
+    need = table.column(NEED_COLUMN).to_numpy()
+    times = table.column(TIME_COLUMN)
+    late = pc.fill_null(pc.less(times, watermark_ms), True).to_numpy(zero_copy_only=False)
+    keep = (need != NEED_NO) | late
+    table = table.filter(pa.array(keep)).drop_columns([NEED_COLUMN])
+    return [table.to_pandas()], not bool((need == NEED_UNKNOWN).any())
 
 
 def _records_out(records: list[dict[str, Any]]) -> Iterator[pd.DataFrame]:
@@ -164,7 +185,7 @@ class BucketedDetector(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
         self._state = handle.getValueState("bucket", "data binary")
-        self._processor = _resolve(self._source)
+        self._processor = resolve_processor(self._source)
 
     def _load(self) -> BucketState:
         stored = self._state.get()
@@ -193,13 +214,16 @@ class BucketedDetector(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         bucket = self._load()
         was_empty = not bucket.keys
+        filtered = None
         if self._packed:
             # The blob is the last column whatever name Spark's row regrouping gave it.
-            frames = unpack_frames(p for frame in rows for p in frame.iloc[:, -1].tolist())
+            payloads = [p for frame in rows for p in frame.iloc[:, -1].tolist()]
+            frames, filtered = _unpacked(payloads, _engine_watermark(watermark))
         else:
             frames = _named(rows, self._columns)
         run = process_bucket(
-            self._processor, bucket, frames, self._layout, _engine_watermark(watermark)
+            self._processor, bucket, frames, self._layout, _engine_watermark(watermark),
+            filtered=filtered,
         )
         self._save(bucket, watermark, was_empty)
         yield from _records_out(run.records)
@@ -233,7 +257,7 @@ class PerKeyDetector(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
         self._state = handle.getValueState("key", "data binary, key string")
-        self._processor = _resolve(self._source)
+        self._processor = resolve_processor(self._source)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -572,6 +596,10 @@ def detect(
     if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
         raise OperatorConfigError(f"buckets must be a positive int, got {buckets!r}")
     lateness_ms = parse_lateness(lateness)
+    route = _json_route(df, json_col, key_cols, time_col, time_unit, stream, buckets)
+    if df.isStreaming and layout == "bucketed" and route is not None:
+        prepared, event_layout = _prepare_routed(df, json_col, stream)  # type: ignore[arg-type]
+        return _detect_routed(prepared, processor, event_layout, route, lateness_ms)
     prepared, plan = _prepare(
         df, key_cols=key_cols, time_col=time_col, time_unit=time_unit, lateness_ms=lateness_ms,
         stream=stream, json_col=json_col, buckets=buckets,
@@ -580,6 +608,100 @@ def detect(
         return _detect_streaming(prepared, processor, plan, layout)
     return _detect_static(prepared, processor, plan, layout, final_watermark_ms,
                           late_in_input_order and SEQ_COLUMN in df.columns)
+
+
+def _json_route(
+    df: DataFrame,
+    json_col: str | None,
+    key_cols: Sequence[str] | Mapping[str, Sequence[str]],
+    time_col: str | Mapping[str, str],
+    time_unit: str | Mapping[str, str],
+    stream: str | None,
+    buckets: int,
+) -> JsonRoute | None:
+    """How to route rows whose stream, key and time all come from the JSON text column, or
+    ``None`` when some come from the frame's own columns (Spark expressions then compute
+    them, see :func:`_prepare`)."""
+    if json_col is None or json_col not in df.columns:
+        return None
+
+    def unit_of(name: str | None) -> int:
+        unit = time_unit.get(name, "ms") if isinstance(time_unit, Mapping) else time_unit
+        if unit not in _UNITS_MS:
+            raise OperatorConfigError(f"time_unit must be 'ms' or 's', got {unit!r}")
+        return _UNITS_MS[unit]
+
+    streams: dict[str | None, StreamRoute] = {}
+    if isinstance(key_cols, Mapping) or isinstance(time_col, Mapping):
+        names = set(key_cols) if isinstance(key_cols, Mapping) else set()
+        names |= set(time_col) if isinstance(time_col, Mapping) else set()
+        for name in sorted(names):
+            keys = key_cols.get(name) if isinstance(key_cols, Mapping) else key_cols
+            times = time_col.get(name) if isinstance(time_col, Mapping) else time_col
+            if keys is None or times is None:
+                return None
+            keys = (keys,) if isinstance(keys, str) else tuple(keys)
+            streams[name] = StreamRoute(keys, times, unit_of(name))
+    else:
+        keys = (key_cols,) if isinstance(key_cols, str) else tuple(key_cols)
+        if not keys:
+            return None
+        streams[None] = StreamRoute(keys, time_col, unit_of(None))
+    if len({len(r.key_fields) for r in streams.values()}) != 1:
+        return None  # _key_exprs reports the mismatch
+    if len(streams) == 1:
+        # One stream: its fields route every row, as _per_stream does (rows of other streams
+        # are ignored by the processor but still move the watermark).
+        streams = {None: next(iter(streams.values()))}
+    used = {STREAM_COLUMN} | {f for r in streams.values() for f in (*r.key_fields, r.time_field)}
+    if used & set(df.columns):
+        return None
+    return JsonRoute(json_col, streams, stream, buckets)
+
+
+def _prepare_routed(
+    df: DataFrame, json_col: str, stream: str | None
+) -> tuple[DataFrame, EventLayout]:
+    reserved = [c for c in df.columns if c.startswith("_vigil_")]
+    if reserved:
+        raise OperatorConfigError(f"input columns {reserved} use the reserved prefix '_vigil_'")
+    prepared = df
+    if SEQ_COLUMN not in df.columns:
+        content = [F.col(c) for c in df.columns]
+        prepared = df.withColumn(SEQ_COLUMN, F.pmod(F.xxhash64(*content), F.lit(2**62)))
+    event_columns = tuple(c for c in prepared.columns if c != json_col)
+    ints = frozenset(
+        name for name, kind in _column_types(prepared).items()
+        if isinstance(kind, T.IntegralType) and name in event_columns
+    )
+    layout = EventLayout(event_columns=event_columns, json_column=json_col, int_columns=ints,
+                         default_stream=stream)
+    return prepared, layout
+
+
+def _detect_routed(
+    prepared: DataFrame,
+    source: ProcessorSource,
+    layout: EventLayout,
+    route: JsonRoute,
+    lateness_ms: int,
+) -> DataFrame:
+    # Time, key and relevance are worked out in Python per input batch (spark_udf.routing);
+    # the watermark is defined on each blob's largest event time.
+    routed = prepared.mapInArrow(lambda batches: route_batches(batches, route, source),
+                                 ROUTED_SCHEMA)
+    watermarked = (
+        routed.withColumn(_WATERMARK_COLUMN, F.timestamp_millis(F.col(MAX_TIME_COLUMN)))
+        .withWatermark(_WATERMARK_COLUMN, f"{lateness_ms} milliseconds")
+        .drop(_WATERMARK_COLUMN)
+    )
+    stateful = BucketedDetector(source, layout, tuple(watermarked.columns))
+    return watermarked.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
+        statefulProcessor=stateful,
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
 
 
 def _detect_streaming(
@@ -628,7 +750,7 @@ def _detect_static(
     event_layout = plan.layout
 
     def run(frame: pd.DataFrame) -> pd.DataFrame:
-        processor = _resolve(source)
+        processor = resolve_processor(source)
         outcome = backtest_frame(processor, frame, event_layout, final_watermark_ms)
         return records_frame(outcome.records)
 

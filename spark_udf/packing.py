@@ -16,7 +16,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["PACKED_COLUMN", "PACKED_SCHEMA", "pack_batches", "unpack_frames"]
+__all__ = [
+    "PACKED_COLUMN",
+    "PACKED_SCHEMA",
+    "ipc_bytes",
+    "pack_batches",
+    "unpack_frames",
+    "unpack_tables",
+]
 
 PACKED_COLUMN = "_vigil_pack"
 """Column of Arrow IPC stream bytes holding some of one bucket's rows."""
@@ -27,10 +34,14 @@ PACKED_SCHEMA = "_vigil_bucket bigint, _vigil_pack binary"
 _ARROW_PACKED = pa.schema([("_vigil_bucket", pa.int64()), (PACKED_COLUMN, pa.binary())])
 
 
-def _ipc_bytes(batch: pa.RecordBatch) -> bytes:
+def ipc_bytes(data: pa.RecordBatch | pa.Table) -> bytes:
+    """One Arrow IPC stream holding ``data``."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        if isinstance(data, pa.Table):
+            writer.write_table(data)
+        else:
+            writer.write_batch(data)
     return sink.getvalue().to_pybytes()
 
 
@@ -54,7 +65,7 @@ def pack_batches(batches: Iterable[pa.RecordBatch], bucket_column: str) -> Itera
         buckets = ordered.column(bucket_column).to_numpy(zero_copy_only=False)
         starts = np.concatenate(([0], np.flatnonzero(buckets[1:] != buckets[:-1]) + 1))
         ends = np.append(starts[1:], len(buckets))
-        payloads = [_ipc_bytes(ordered.slice(lo, hi - lo)) for lo, hi in zip(starts, ends,
+        payloads = [ipc_bytes(ordered.slice(lo, hi - lo)) for lo, hi in zip(starts, ends,
                                                                                strict=True)]
         yield pa.RecordBatch.from_arrays(
             [pa.array(buckets[starts].astype(np.int64)), pa.array(payloads, pa.binary())],
@@ -62,8 +73,13 @@ def pack_batches(batches: Iterable[pa.RecordBatch], bucket_column: str) -> Itera
         )
 
 
+def unpack_tables(payloads: Iterable[bytes]) -> Iterator[pa.Table]:
+    """The rows of packed blobs as Arrow tables (one per blob)."""
+    for payload in payloads:
+        yield pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+
+
 def unpack_frames(payloads: Iterable[bytes]) -> Iterator[pd.DataFrame]:
     """The rows of packed blobs as pandas frames (one per blob)."""
-    for payload in payloads:
-        table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+    for table in unpack_tables(payloads):
         yield table.to_pandas()

@@ -22,7 +22,13 @@ from pyarrow import json as pa_json
 from cep.events import STREAM_FIELD
 from cep.processor import must_see_every_event
 
-__all__ = ["needed_rows", "needed_rows_from_json"]
+__all__ = [
+    "ARROW_TYPES",
+    "json_fields",
+    "needed_from_parsed",
+    "needed_rows",
+    "needed_rows_from_json",
+]
 
 
 def needed_rows(processor: Any, events: Sequence[dict[str, Any] | None]) -> np.ndarray | None:
@@ -79,13 +85,42 @@ def _taken(readers: Sequence[Any], normalised: pd.DataFrame, stream: str) -> np.
     return normalised.index.to_numpy()[wanted]
 
 
-_ARROW_TYPES = {
+ARROW_TYPES = {
     "float": pa.float64(),
     "int": pa.int64(),
     "bool": pa.bool_(),
     "string": pa.string(),
     "text": pa.string(),
 }
+"""Arrow type a JSON field of each declared kind is parsed as (other kinds: no column-wise
+parse)."""
+
+
+def json_fields(processor: Any) -> dict[str, pa.DataType] | None:
+    """The fields (with Arrow types) a column-wise relevance test of ``processor`` reads from
+    each row's JSON — the ``stream`` field and the declared non-time fields of every stream its
+    rules read — or ``None`` when the test does not apply: a processor without compiled rules,
+    a rule that must see every row, a stream with epoch seconds or field types other than
+    numbers, booleans and strings."""
+    rules = getattr(processor, "rules", None)
+    schemas = getattr(processor, "schemas", None)
+    if not rules or schemas is None or not all(hasattr(r, "columnar_mask") for r in rules):
+        return None
+    if any(must_see_every_event(rule) for rule in rules):
+        return None
+    fields: dict[str, pa.DataType] = {STREAM_FIELD: pa.string()}
+    for stream in sorted({s for rule in rules for s in rule.streams}):
+        schema = schemas.get(stream)
+        if schema is None or schema.epoch_unit_ms != 1:
+            return None
+        for name, kind in schema.fields.items():
+            if name == schema.time_field:
+                continue
+            arrow = ARROW_TYPES.get(kind)
+            if arrow is None or fields.get(name, arrow) != arrow:
+                return None
+            fields[name] = arrow
+    return fields
 
 
 def needed_rows_from_json(
@@ -99,31 +134,12 @@ def needed_rows_from_json(
     are never turned into Python objects.
 
     ``times`` are the rows' event times in ms (computed by Spark). Returns ``None`` when this
-    shortcut does not apply — a processor without compiled rules, a stream with field types
-    other than numbers, booleans and strings, a rule that must see every row, or any row that
-    is not a JSON object of the declared types (the caller then parses row by row, which
-    reports those rows with their reasons).
+    shortcut does not apply (see :func:`json_fields`), or when a row is not a JSON object of
+    the declared types (the caller then parses row by row, which reports those rows with their
+    reasons).
     """
-    rules = getattr(processor, "rules", None)
-    schemas = getattr(processor, "schemas", None)
-    if not rules or schemas is None or not all(hasattr(r, "columnar_mask") for r in rules):
-        return None
-    if any(must_see_every_event(rule) for rule in rules):
-        return None
-    streams = sorted({s for rule in rules for s in rule.streams})
-    fields: dict[str, pa.DataType] = {STREAM_FIELD: pa.string()}
-    for stream in streams:
-        schema = schemas.get(stream)
-        if schema is None or schema.epoch_unit_ms != 1:
-            return None
-        for name, kind in schema.fields.items():
-            if name == schema.time_field:
-                continue
-            arrow = _ARROW_TYPES.get(kind)
-            if arrow is None or fields.get(name, arrow) != arrow:
-                return None
-            fields[name] = arrow
-    if not len(texts) or not all(isinstance(t, str) for t in texts):
+    fields = json_fields(processor)
+    if fields is None or not len(texts) or not all(isinstance(t, str) for t in texts):
         return None
     options = pa_json.ParseOptions(
         explicit_schema=pa.schema(list(fields.items())), unexpected_field_behavior="ignore"
@@ -136,7 +152,22 @@ def needed_rows_from_json(
         return None
     if table.num_rows != len(texts):
         return None  # a text held a line break or several objects: parse row by row
-    frame = table.to_pandas()
+    return needed_from_parsed(processor, table, times, default_stream)
+
+
+def needed_from_parsed(
+    processor: Any, table: pa.Table, times: np.ndarray, default_stream: str | None
+) -> np.ndarray | None:
+    """:func:`needed_rows` of rows already parsed into ``table`` (the :func:`json_fields`
+    columns, others ignored), with their event times in ms; ``None`` when the test does not
+    apply to ``processor``. Rows that fail their stream's validation are kept."""
+    fields = json_fields(processor)
+    if fields is None:
+        return None
+    rules = processor.rules
+    schemas = processor.schemas
+    streams = sorted({s for rule in rules for s in rule.streams})
+    frame = table.select([name for name in fields if name in table.column_names]).to_pandas()
     stream_of_row = frame[STREAM_FIELD]
     if default_stream is not None:
         stream_of_row = stream_of_row.fillna(default_stream)

@@ -13,6 +13,9 @@ from pyspark.sql import SparkSession
 __all__ = ["ROCKSDB_PROVIDER", "session"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_CHECKPOINT_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
 
 def session(
@@ -54,6 +57,10 @@ def session(
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Hadoop's FileContext renames shell out to `readlink` on a local disk (~50 processes
+        # per micro-batch); the FileSystem-based manager renames in-process. Checkpoints on a
+        # store whose rename is not atomic (object stores) should set their own manager.
+        .config("spark.sql.streaming.checkpointFileManagerClass", _CHECKPOINT_MANAGER)
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=error")
     )
     for name, value in (conf or {}).items():

@@ -1,0 +1,396 @@
+"""Routing JSON rows before the shuffle: each row's event time, hash bucket and whether the
+processor may need it, worked out column-wise in Python, then packed one blob per bucket.
+
+Spark's own JSON functions parse a row at a time on the JVM (``json_tuple`` was ~40 % of the
+executors' CPU on W1); here one ``pyarrow.json`` parse per input batch yields the stream, key
+and time fields and the fields the rules' conditions read, and the rows no rule can take are
+flagged so the stateful operator turns only the others (and late ones) into Python objects.
+
+Each output row is ``(bucket, max event time, Arrow IPC blob)``: Spark's watermark is the
+largest event time seen, so the per-blob maximum gives it exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import json as pa_json
+
+from cep.events import STREAM_FIELD, BadEventError, parse_timestamp, time_column_ms
+from cep.keyed import KeyedProcessor
+from spark_udf.batch import BUCKET_COLUMN, END_MARK_MS, END_MARK_STREAM, TIME_COLUMN
+from spark_udf.packing import PACKED_COLUMN, ipc_bytes
+from spark_udf.relevance import ARROW_TYPES, json_fields, needed_from_parsed
+
+__all__ = [
+    "MAX_TIME_COLUMN",
+    "NEED_COLUMN",
+    "NEED_NO",
+    "NEED_UNKNOWN",
+    "NEED_YES",
+    "ROUTED_SCHEMA",
+    "JsonRoute",
+    "StreamRoute",
+    "resolve_processor",
+    "route_batches",
+]
+
+MAX_TIME_COLUMN = "_vigil_max_ms"
+"""Largest event time (ms) of a blob's rows, the column Spark's watermark is defined on."""
+NEED_COLUMN = "_vigil_need"
+"""Per row inside a blob: whether the processor may need it (:data:`NEED_NO`, :data:`NEED_YES`,
+or :data:`NEED_UNKNOWN` when no column-wise test applied and the operator must decide)."""
+NEED_NO, NEED_YES, NEED_UNKNOWN = 0, 1, 2
+
+ROUTED_SCHEMA = f"{BUCKET_COLUMN} bigint, {MAX_TIME_COLUMN} bigint, {PACKED_COLUMN} binary"
+"""Schema of the routed rows (the blob last, where the operator looks for it)."""
+
+_ARROW_ROUTED = pa.schema(
+    [(BUCKET_COLUMN, pa.int64()), (MAX_TIME_COLUMN, pa.int64()), (PACKED_COLUMN, pa.binary())]
+)
+_KEY_SEPARATOR = "\x1f"
+
+ProcessorSource = KeyedProcessor | Callable[[], KeyedProcessor]
+
+
+def resolve_processor(source: ProcessorSource) -> KeyedProcessor:
+    """The processor itself, or the one a zero-argument factory builds."""
+    if hasattr(source, "process") and hasattr(source, "key_of"):
+        return source  # type: ignore[return-value]
+    return source()  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class StreamRoute:
+    """Where one stream's rows keep their key and time.
+
+    Attributes
+    ----------
+    key_fields:
+        The partition key's fields, in key order (empty: one group for the whole stream).
+    time_field:
+        The event-time field: epoch number in ``unit_ms`` units or ISO-8601 text.
+    unit_ms:
+        Milliseconds per unit of an epoch number.
+    """
+
+    key_fields: tuple[str, ...]
+    time_field: str
+    unit_ms: int
+
+
+@dataclass(frozen=True)
+class JsonRoute:
+    """How :func:`route_batches` reads a JSON text column.
+
+    Attributes
+    ----------
+    json_column:
+        The column holding each event's JSON text.
+    streams:
+        Stream name -> its route; the key ``None`` routes every row whatever its stream.
+    default_stream:
+        Stream of rows whose JSON names none.
+    buckets:
+        Number of hash buckets.
+    """
+
+    json_column: str
+    streams: Mapping[str | None, StreamRoute]
+    default_stream: str | None
+    buckets: int
+
+    def route_of(self, stream: Any) -> StreamRoute | None:
+        """The route of a row of ``stream`` (``None`` for a stream the operator has no key for)."""
+        route = self.streams.get(None)
+        return route if route is not None else self.streams.get(stream)
+
+
+# ---------------------------------------------------------------------------- key texts
+
+
+def _declared(processor: Any, stream: str | None, name: str) -> pa.DataType:
+    schemas = getattr(processor, "schemas", None) or {}
+    candidates = [schemas[stream]] if stream in schemas else list(schemas.values())
+    for schema in candidates:
+        kind = getattr(schema, "fields", {}).get(name)
+        if kind in ARROW_TYPES:
+            return ARROW_TYPES[kind]
+    return pa.string()
+
+
+def _texts_of(values: pa.Array | Sequence[Any], kind: pa.DataType) -> list[str | None]:
+    """Key values as text, the same way for a parsed column and for values of ``json.loads``:
+    through an Arrow array of the declared type, so ``7`` and ``7.0`` of a float field agree."""
+    if not isinstance(values, pa.Array):
+        try:
+            values = pa.array(values, type=kind)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            return [_one_text(v, kind) for v in values]
+    return pc.cast(values, pa.string()).to_pylist()
+
+
+def _one_text(value: Any, kind: pa.DataType) -> str | None:
+    if value is None:
+        return None
+    try:
+        return pc.cast(pa.array([value], type=kind), pa.string())[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        # A value of the wrong type: the processor dead-letters the event, any bucket will do.
+        return json.dumps(value, sort_keys=True, default=str)
+
+
+def _buckets_of(texts: Sequence[str | None], buckets: int) -> np.ndarray:
+    """Stable hash buckets of key texts (``None``: no key, bucket 0)."""
+    array = np.array(["" if t is None else t for t in texts], dtype=object)
+    hashed = pd.util.hash_array(array) % np.uint64(buckets)
+    out = hashed.astype(np.int64)
+    out[np.array([t is None for t in texts], dtype=bool)] = 0
+    return out
+
+
+def _joined(columns: list[list[str | None]], n: int) -> list[str | None]:
+    if not columns:
+        return [""] * n  # no key fields: one group
+    if len(columns) == 1:
+        return columns[0]
+    return [
+        None if None in parts else _KEY_SEPARATOR.join(parts)  # type: ignore[arg-type]
+        for parts in zip(*columns, strict=True)
+    ]
+
+
+# ---------------------------------------------------------------------------- column-wise
+
+
+def _newline_joined(texts: pa.Array) -> pa.Buffer:
+    """The texts as one buffer of lines, without a Python string per row."""
+    lines = pc.binary_join_element_wise(texts, pa.scalar("", texts.type), "\n")
+    offsets_width = 8 if pa.types.is_large_string(lines.type) else 4
+    _, offsets, data = lines.buffers()
+    view = np.frombuffer(offsets, dtype=np.int64 if offsets_width == 8 else np.int32)
+    view = view[lines.offset: lines.offset + len(lines) + 1]
+    return data.slice(int(view[0]), int(view[-1] - view[0]))
+
+
+class _Router:
+    """Column-wise routing of one processor's rows (built once per Python worker)."""
+
+    def __init__(self, route: JsonRoute, processor: Any) -> None:
+        self.route = route
+        self.processor = processor
+        self.relevance = json_fields(processor)
+        fields: dict[str, pa.DataType] = {STREAM_FIELD: pa.string()}
+        consistent = True
+        time_fields: set[str] = set()
+        for stream, sroute in route.streams.items():
+            time_fields.add(sroute.time_field)
+            for name in sroute.key_fields:
+                kind = _declared(processor, stream, name)
+                if fields.setdefault(name, kind) != kind:
+                    consistent = False
+        for name, kind in (self.relevance or {}).items():
+            if name in time_fields:
+                continue
+            if fields.setdefault(name, kind) != kind:
+                self.relevance = None
+        self.time_fields = time_fields
+        self.fields = fields if consistent and not (time_fields & set(fields)) else None
+
+    def _parse(self, texts: pa.Array) -> pa.Table | None:
+        if self.fields is None:
+            return None
+        buffer = _newline_joined(texts)
+        block = max(1 << 20, buffer.size + 1)
+        for time_type in (pa.float64(), pa.string()):
+            schema = pa.schema(
+                list(self.fields.items()) + [(name, time_type) for name in self.time_fields]
+            )
+            options = pa_json.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            )
+            try:
+                table = pa_json.read_json(
+                    io.BytesIO(buffer), parse_options=options,
+                    read_options=pa_json.ReadOptions(block_size=block, use_threads=False),
+                )
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            return table if table.num_rows == len(texts) else None
+        return None
+
+    def locate(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(times ms as float with NaN for none, buckets, need)`` of the rows' JSON texts.
+
+        Only texts that open an object reach the column-wise parser (``pyarrow.json`` must
+        never see a bare ``null``); the others get no time and no key, and the processor
+        reports them when it parses them.
+        """
+        n = len(texts)
+        times = np.full(n, np.nan)
+        keys: list[str | None] = [None] * n
+        need = np.full(n, NEED_UNKNOWN, dtype=np.int8)
+        opens = pc.starts_with(pc.utf8_ltrim_whitespace(texts), "{")
+        opens = pc.fill_null(opens, False).to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero(opens)
+        if len(rows):
+            objects = texts.take(pa.array(rows)) if len(rows) < n else texts
+            located = self._parse(objects)
+            part_times, part_keys, part_need = (
+                self._locate_parsed(located) if located is not None
+                else self._locate_rowwise(objects.to_pylist())
+            )
+            times[rows] = part_times
+            need[rows] = part_need
+            for row, key in zip(rows.tolist(), part_keys, strict=True):
+                keys[row] = key
+        return times, _buckets_of(keys, self.route.buckets), need
+
+    def _locate_parsed(
+        self, table: pa.Table
+    ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
+        n = table.num_rows
+        streams = table.column(STREAM_FIELD).to_pandas()
+        if self.route.default_stream is not None:
+            streams = streams.fillna(self.route.default_stream)
+        times = np.full(n, np.nan)
+        keys: list[str | None] = [None] * n
+        routes = ([(None, np.ones(n, dtype=bool))] if None in self.route.streams else
+                  [(s, (streams == s).to_numpy()) for s in self.route.streams])
+        for stream, mask in routes:
+            rows = np.flatnonzero(mask)
+            if not len(rows):
+                continue
+            sroute = self.route.streams[stream]
+            part = table.take(pa.array(rows))
+            column = part.column(sroute.time_field).to_pandas()
+            times[rows] = time_column_ms(column, sroute.time_field, sroute.unit_ms)
+            texts_by_field = [
+                _texts_of(part.column(name).combine_chunks(), self.fields[name])  # type: ignore[index]
+                for name in sroute.key_fields
+            ]
+            for row, text in zip(rows.tolist(), _joined(texts_by_field, len(rows)),
+                                 strict=True):
+                keys[row] = text
+        end = (streams == END_MARK_STREAM).to_numpy()
+        times[end] = END_MARK_MS
+        need = np.full(n, NEED_UNKNOWN, dtype=np.int8)
+        timed = ~np.isnan(times) & ~end
+        if self.relevance is not None and timed.any():
+            rows = np.flatnonzero(timed)
+            needed = needed_from_parsed(
+                self.processor, table.take(pa.array(rows)), times[rows].astype(np.int64),
+                self.route.default_stream,
+            )
+            if needed is not None:
+                # Rows without a usable time stay undecided: the processor reports them.
+                need[rows] = needed.astype(np.int8)
+        need[end] = NEED_NO
+        return times, keys, need
+
+    def _locate_rowwise(
+        self, texts: list[Any]
+    ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
+        """The same, one ``json.loads`` per row: for input the column-wise parse refused (a bad
+        row, mixed types); rows that are not JSON objects get no time and bucket 0."""
+        n = len(texts)
+        times = np.full(n, np.nan)
+        need = np.full(n, NEED_UNKNOWN, dtype=np.int8)
+        per_route: dict[Any, tuple[list[int], list[list[Any]]]] = {}
+        for i, text in enumerate(texts):
+            try:
+                value = json.loads(text) if isinstance(text, str) else None
+            except ValueError:
+                value = None
+            if not isinstance(value, dict):
+                continue
+            stream = value.get(STREAM_FIELD)
+            if stream is None:
+                stream = self.route.default_stream
+            if stream == END_MARK_STREAM:
+                times[i] = END_MARK_MS
+                need[i] = NEED_NO
+                continue
+            sroute = self.route.route_of(stream)
+            if sroute is None:
+                continue
+            try:
+                times[i] = parse_timestamp(value.get(sroute.time_field), sroute.unit_ms,
+                                           sroute.time_field)
+            except BadEventError:
+                pass
+            slot = None if None in self.route.streams else stream
+            rows, values = per_route.setdefault(slot, ([], [[] for _ in sroute.key_fields]))
+            rows.append(i)
+            for field_values, name in zip(values, sroute.key_fields, strict=True):
+                field_values.append(value.get(name))
+        keys: list[str | None] = [None] * n
+        for slot, (rows, values) in per_route.items():
+            sroute = self.route.streams[slot]
+            texts_by_field = [
+                _texts_of(field_values, _declared(self.processor, slot, name))
+                for field_values, name in zip(values, sroute.key_fields, strict=True)
+            ]
+            for row, text in zip(rows, _joined(texts_by_field, len(rows)), strict=True):
+                keys[row] = text
+        return times, keys, need
+
+
+def route_batches(
+    batches: Iterable[pa.RecordBatch], route: JsonRoute, source: ProcessorSource
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: each input batch's rows, with their event time and need, packed
+    into one ``(bucket, max event time, blob)`` row per bucket.
+
+    Examples
+    --------
+    >>> from cep.keyed import ProcessResult
+    >>> class Count:
+    ...     def key_of(self, event): return (event.get("k"),)
+    ...     def process(self, key, state, events, watermark_ms): return ProcessResult(state=b"")
+    >>> route = JsonRoute("_event", {None: StreamRoute(("k",), "ts", 1)}, "s", 4)
+    >>> batch = pa.RecordBatch.from_pydict(
+    ...     {"_event": ['{"k": "a", "ts": 5}', '{"k": "a", "ts": 9}', '{"k": "b", "ts": 7}']})
+    >>> rows = next(route_batches([batch], route, Count())).to_pylist()
+    >>> sorted(row[MAX_TIME_COLUMN] for row in rows)
+    [7, 9]
+    """
+    router: _Router | None = None
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if router is None:
+            router = _Router(route, resolve_processor(source))
+        times, buckets, need = router.locate(batch.column(route.json_column))
+        missing = np.isnan(times)
+        stamps = pa.array(np.where(missing, 0, times).astype(np.int64), mask=missing)
+        table = pa.Table.from_batches([batch]).append_column(TIME_COLUMN, stamps)
+        table = table.append_column(NEED_COLUMN, pa.array(need, pa.int8()))
+        order = np.argsort(buckets, kind="stable")
+        ordered = table.take(pa.array(order))
+        sorted_buckets = buckets[order]
+        sorted_times = np.where(missing, -np.inf, times)[order]
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_buckets)) + 1))
+        ends = np.append(starts[1:], len(sorted_buckets))
+        maxima = np.maximum.reduceat(sorted_times, starts)
+        payloads = [
+            ipc_bytes(ordered.slice(lo, hi - lo))
+            for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)
+        ]
+        finite = np.isfinite(maxima)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(sorted_buckets[starts]),
+                pa.array(np.where(finite, maxima, 0).astype(np.int64), mask=~finite),
+                pa.array(payloads, pa.binary()),
+            ],
+            schema=_ARROW_ROUTED,
+        )
