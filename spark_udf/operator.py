@@ -52,9 +52,10 @@ from spark_udf.routing import (
     ROUTED_SCHEMA,
     JsonRoute,
     ProcessorSource,
+    RoutePlan,
     StreamRoute,
     resolve_processor,
-    route_batches,
+    route_plan_batches,
 )
 
 __all__ = [
@@ -64,6 +65,9 @@ __all__ = [
     "DetectPlan",
     "PerKeyDetector",
     "detect",
+    "detect_plan",
+    "json_route",
+    "routed_layout",
     "parse_lateness",
     "reference_outputs",
 ]
@@ -176,16 +180,34 @@ class BucketedDetector(StatefulProcessor):
         columns: Sequence[str],
         *,
         packed: bool = True,
+        plan: RoutePlan | None = None,
     ) -> None:
         self._source = source
         self._layout = layout
         self._columns = tuple(columns)
         self._packed = packed
+        self._plan = plan
+
+    @classmethod
+    def for_plan(cls, plan: RoutePlan, columns: Sequence[str]) -> BucketedDetector:
+        """The detector of a :class:`~spark_udf.routing.RoutePlan`: one stateful operator for
+        all its processors, each owning its range of groups."""
+        _, source, layout = plan.entries[0]
+        return cls(source, layout, columns, plan=plan)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
         self._state = handle.getValueState("bucket", "data binary")
-        self._processor = resolve_processor(self._source)
+        if self._plan is None:
+            self._owners = [(resolve_processor(self._source), self._layout)]
+        else:
+            self._owners = [(resolve_processor(source), layout)
+                            for _, source, layout in self._plan.entries]
+
+    def _owner(self, key: Any) -> tuple[KeyedProcessor, EventLayout]:
+        if self._plan is None:
+            return self._owners[0]
+        return self._owners[self._plan.owner(int(key[0]))]
 
     def _load(self) -> BucketState:
         stored = self._state.get()
@@ -214,6 +236,7 @@ class BucketedDetector(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         bucket = self._load()
         was_empty = not bucket.keys
+        processor, layout = self._owner(key)
         filtered = None
         if self._packed:
             # The blob is the last column whatever name Spark's row regrouping gave it.
@@ -222,8 +245,7 @@ class BucketedDetector(StatefulProcessor):
         else:
             frames = _named(rows, self._columns)
         run = process_bucket(
-            self._processor, bucket, frames, self._layout, _engine_watermark(watermark),
-            filtered=filtered,
+            processor, bucket, frames, layout, _engine_watermark(watermark), filtered=filtered
         )
         self._save(bucket, watermark, was_empty)
         yield from _records_out(run.records)
@@ -234,7 +256,7 @@ class BucketedDetector(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         bucket = self._load()
         was_empty = not bucket.keys
-        records = fire_due_keys(self._processor, bucket, _engine_watermark(watermark))
+        records = fire_due_keys(self._owner(key)[0], bucket, _engine_watermark(watermark))
         self._save(bucket, watermark, was_empty)
         yield from _records_out(records)
 
@@ -596,10 +618,11 @@ def detect(
     if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
         raise OperatorConfigError(f"buckets must be a positive int, got {buckets!r}")
     lateness_ms = parse_lateness(lateness)
-    route = _json_route(df, json_col, key_cols, time_col, time_unit, stream, buckets)
+    route = json_route(df.columns, json_col, key_cols, time_col, time_unit, stream, buckets)
     if df.isStreaming and layout == "bucketed" and route is not None:
-        prepared, event_layout = _prepare_routed(df, json_col, stream)  # type: ignore[arg-type]
-        return _detect_routed(prepared, processor, event_layout, route, lateness_ms)
+        event_layout = routed_layout(_column_types(df), route.json_column, stream)
+        return detect_plan(df, RoutePlan(((route, processor, event_layout),), buckets,
+                                         lateness_ms))
     prepared, plan = _prepare(
         df, key_cols=key_cols, time_col=time_col, time_unit=time_unit, lateness_ms=lateness_ms,
         stream=stream, json_col=json_col, buckets=buckets,
@@ -610,8 +633,8 @@ def detect(
                           late_in_input_order and SEQ_COLUMN in df.columns)
 
 
-def _json_route(
-    df: DataFrame,
+def json_route(
+    columns: Sequence[str],
     json_col: str | None,
     key_cols: Sequence[str] | Mapping[str, Sequence[str]],
     time_col: str | Mapping[str, str],
@@ -619,10 +642,10 @@ def _json_route(
     stream: str | None,
     buckets: int,
 ) -> JsonRoute | None:
-    """How to route rows whose stream, key and time all come from the JSON text column, or
-    ``None`` when some come from the frame's own columns (Spark expressions then compute
-    them, see :func:`_prepare`)."""
-    if json_col is None or json_col not in df.columns:
+    """How to route rows of a frame with these columns whose stream, key and time all come
+    from the JSON text column, or ``None`` when some come from the frame's own columns (Spark
+    expressions then compute them, see :func:`_prepare`)."""
+    if json_col is None or json_col not in columns:
         return None
 
     def unit_of(name: str | None) -> int:
@@ -654,48 +677,54 @@ def _json_route(
         # are ignored by the processor but still move the watermark).
         streams = {None: next(iter(streams.values()))}
     used = {STREAM_COLUMN} | {f for r in streams.values() for f in (*r.key_fields, r.time_field)}
-    if used & set(df.columns):
+    if used & set(columns):
         return None
     return JsonRoute(json_col, streams, stream, buckets)
 
 
-def _prepare_routed(
-    df: DataFrame, json_col: str, stream: str | None
-) -> tuple[DataFrame, EventLayout]:
-    reserved = [c for c in df.columns if c.startswith("_vigil_")]
-    if reserved:
-        raise OperatorConfigError(f"input columns {reserved} use the reserved prefix '_vigil_'")
-    prepared = df
-    if SEQ_COLUMN not in df.columns:
-        content = [F.col(c) for c in df.columns]
-        prepared = df.withColumn(SEQ_COLUMN, F.pmod(F.xxhash64(*content), F.lit(2**62)))
-    event_columns = tuple(c for c in prepared.columns if c != json_col)
+def routed_layout(
+    columns: Mapping[str, T.DataType], json_col: str, stream: str | None
+) -> EventLayout:
+    """How the stateful operator reads routed rows of a frame with these columns (plus the
+    ``_seq`` :func:`detect_plan` adds when the frame has none)."""
+    names = [*columns, *([] if SEQ_COLUMN in columns else [SEQ_COLUMN])]
+    event_columns = tuple(c for c in names if c != json_col)
     ints = frozenset(
-        name for name, kind in _column_types(prepared).items()
-        if isinstance(kind, T.IntegralType) and name in event_columns
+        name for name in event_columns
+        if name not in columns or isinstance(columns[name], T.IntegralType)
     )
-    layout = EventLayout(event_columns=event_columns, json_column=json_col, int_columns=ints,
-                         default_stream=stream)
-    return prepared, layout
+    return EventLayout(event_columns=event_columns, json_column=json_col, int_columns=ints,
+                       default_stream=stream)
 
 
-def _detect_routed(
-    prepared: DataFrame,
-    source: ProcessorSource,
-    layout: EventLayout,
-    route: JsonRoute,
-    lateness_ms: int,
-) -> DataFrame:
-    # Time, key and relevance are worked out in Python per input batch (spark_udf.routing);
-    # the watermark is defined on each blob's largest event time.
-    routed = prepared.mapInArrow(lambda batches: route_batches(batches, route, source),
-                                 ROUTED_SCHEMA)
+def detect_plan(df: DataFrame, plan: RoutePlan) -> DataFrame:
+    """Run every processor of ``plan`` in one stateful operator over a streaming frame: its
+    JSON rows, routed here (``mapInArrow``), or rows a source already routed (columns
+    :data:`~spark_udf.routing.ROUTED_SCHEMA`, see :func:`spark_udf.read_jsonl`'s ``route``).
+    """
+    if MAX_TIME_COLUMN in df.columns:
+        routed = df
+    else:
+        reserved = [c for c in df.columns if c.startswith("_vigil_")]
+        if reserved:
+            raise OperatorConfigError(
+                f"input columns {reserved} use the reserved prefix '_vigil_'"
+            )
+        prepared = df
+        if SEQ_COLUMN not in df.columns:
+            # Without an input position, a content hash is the deterministic id.
+            content = [F.col(c) for c in df.columns]
+            prepared = df.withColumn(SEQ_COLUMN, F.pmod(F.xxhash64(*content), F.lit(2**62)))
+        routed = prepared.mapInArrow(lambda batches: route_plan_batches(batches, plan),
+                                     ROUTED_SCHEMA)
+    # The watermark is defined on each blob's largest event time: the same maximum as over
+    # the rows themselves.
     watermarked = (
         routed.withColumn(_WATERMARK_COLUMN, F.timestamp_millis(F.col(MAX_TIME_COLUMN)))
-        .withWatermark(_WATERMARK_COLUMN, f"{lateness_ms} milliseconds")
+        .withWatermark(_WATERMARK_COLUMN, f"{plan.lateness_ms} milliseconds")
         .drop(_WATERMARK_COLUMN)
     )
-    stateful = BucketedDetector(source, layout, tuple(watermarked.columns))
+    stateful = BucketedDetector.for_plan(plan, tuple(watermarked.columns))
     return watermarked.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
         statefulProcessor=stateful,
         outputStructType=OUTPUT_SCHEMA,

@@ -38,9 +38,11 @@ __all__ = [
     "NEED_YES",
     "ROUTED_SCHEMA",
     "JsonRoute",
+    "RoutePlan",
     "StreamRoute",
     "resolve_processor",
     "route_batches",
+    "route_plan_batches",
 ]
 
 MAX_TIME_COLUMN = "_vigil_max_ms"
@@ -344,11 +346,36 @@ class _Router:
         return times, keys, need
 
 
+@dataclass(frozen=True)
+class RoutePlan:
+    """Several processors sharing one routed input and one stateful operator: processor ``i``
+    owns the groups ``i * buckets`` to ``(i + 1) * buckets - 1``.
+
+    Attributes
+    ----------
+    entries:
+        ``(route, processor source, event layout)`` per processor.
+    buckets:
+        Hash buckets per processor (every route uses this many).
+    lateness_ms:
+        The watermark delay: the largest lateness over the processors (Spark keeps one
+        watermark per query).
+    """
+
+    entries: tuple[tuple[JsonRoute, ProcessorSource, Any], ...]
+    buckets: int
+    lateness_ms: int
+
+    def owner(self, group: int) -> int:
+        """Index of the processor that owns ``group``."""
+        return group // self.buckets
+
+
 def route_batches(
     batches: Iterable[pa.RecordBatch], route: JsonRoute, source: ProcessorSource
 ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: each input batch's rows, with their event time and need, packed
-    into one ``(bucket, max event time, blob)`` row per bucket.
+    """``mapInArrow`` body for one processor: each input batch's rows, with their event time
+    and need, packed into one ``(bucket, max event time, blob)`` row per bucket.
 
     Examples
     --------
@@ -363,34 +390,52 @@ def route_batches(
     >>> sorted(row[MAX_TIME_COLUMN] for row in rows)
     [7, 9]
     """
-    router: _Router | None = None
+    plan = RoutePlan(((route, source, None),), route.buckets, 0)
+    yield from route_plan_batches(batches, plan)
+
+
+def route_plan_batches(
+    batches: Iterable[pa.RecordBatch], plan: RoutePlan
+) -> Iterator[pa.RecordBatch]:
+    """:func:`route_batches` for every processor of ``plan``: each input batch is routed once
+    per processor, into that processor's range of groups."""
+    routers: list[_Router] | None = None
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        if router is None:
-            router = _Router(route, resolve_processor(source))
-        times, buckets, need = router.locate(batch.column(route.json_column))
-        missing = np.isnan(times)
-        stamps = pa.array(np.where(missing, 0, times).astype(np.int64), mask=missing)
-        table = pa.Table.from_batches([batch]).append_column(TIME_COLUMN, stamps)
-        table = table.append_column(NEED_COLUMN, pa.array(need, pa.int8()))
-        order = np.argsort(buckets, kind="stable")
-        ordered = table.take(pa.array(order))
-        sorted_buckets = buckets[order]
-        sorted_times = np.where(missing, -np.inf, times)[order]
-        starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_buckets)) + 1))
-        ends = np.append(starts[1:], len(sorted_buckets))
-        maxima = np.maximum.reduceat(sorted_times, starts)
-        payloads = [
-            ipc_bytes(ordered.slice(lo, hi - lo))
-            for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)
-        ]
-        finite = np.isfinite(maxima)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(sorted_buckets[starts]),
-                pa.array(np.where(finite, maxima, 0).astype(np.int64), mask=~finite),
-                pa.array(payloads, pa.binary()),
-            ],
-            schema=_ARROW_ROUTED,
-        )
+        if routers is None:
+            routers = [_Router(route, resolve_processor(source))
+                       for route, source, _ in plan.entries]
+        table = pa.Table.from_batches([batch])
+        for index, router in enumerate(routers):
+            yield _packed(table, *router.locate(batch.column(router.route.json_column)),
+                          offset=index * plan.buckets)
+
+
+def _packed(
+    table: pa.Table, times: np.ndarray, buckets: np.ndarray, need: np.ndarray, *, offset: int
+) -> pa.RecordBatch:
+    missing = np.isnan(times)
+    stamps = pa.array(np.where(missing, 0, times).astype(np.int64), mask=missing)
+    table = table.append_column(TIME_COLUMN, stamps)
+    table = table.append_column(NEED_COLUMN, pa.array(need, pa.int8()))
+    order = np.argsort(buckets, kind="stable")
+    ordered = table.take(pa.array(order))
+    sorted_buckets = buckets[order]
+    sorted_times = np.where(missing, -np.inf, times)[order]
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_buckets)) + 1))
+    ends = np.append(starts[1:], len(sorted_buckets))
+    maxima = np.maximum.reduceat(sorted_times, starts)
+    payloads = [
+        ipc_bytes(ordered.slice(lo, hi - lo))
+        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+    finite = np.isfinite(maxima)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(sorted_buckets[starts] + offset),
+            pa.array(np.where(finite, maxima, 0).astype(np.int64), mask=~finite),
+            pa.array(payloads, pa.binary()),
+        ],
+        schema=_ARROW_ROUTED,
+    )

@@ -18,9 +18,10 @@ from cep.processor import RuleProcessor, key_signature
 from percolator.evaluate import field_predicate
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
-from spark_udf.operator import detect
+from spark_udf.operator import detect, detect_plan, json_route, routed_layout
+from spark_udf.routing import RoutePlan
 
-__all__ = ["ProcessorSpec", "detect_specs", "processor_specs"]
+__all__ = ["ProcessorSpec", "detect_specs", "processor_specs", "route_specs"]
 
 ProgramSource = str | os.PathLike | ast.Module | Sequence[ast.Module]
 
@@ -129,6 +130,30 @@ def _spec(
     )
 
 
+def route_specs(
+    columns: Mapping[str, Any],
+    specs: Sequence[ProcessorSpec],
+    *,
+    json_col: str | None = "_event",
+    stream: str | None = None,
+    buckets: int = 64,
+) -> RoutePlan | None:
+    """One :class:`~spark_udf.routing.RoutePlan` for every spec over a frame with these columns
+    (name -> Spark type), or ``None`` when some spec's stream, key or time is not in the JSON
+    text column (those run through :func:`spark_udf.detect`'s Spark expressions)."""
+    if json_col is None or json_col not in columns or not specs:
+        return None
+    entries = []
+    for spec in specs:
+        default = stream if stream is not None else spec.default_stream
+        route = json_route(list(columns), json_col, spec.key_cols, spec.time_cols,
+                           spec.time_units, default, buckets)
+        if route is None:
+            return None
+        entries.append((route, spec.processor, routed_layout(columns, json_col, default)))
+    return RoutePlan(tuple(entries), buckets, max(spec.lateness_ms for spec in specs))
+
+
 def detect_specs(
     df: DataFrame,
     specs: Sequence[ProcessorSpec],
@@ -138,9 +163,16 @@ def detect_specs(
     buckets: int = 64,
     layout: str = "bucketed",
 ) -> DataFrame:
-    """:func:`spark_udf.detect` for every spec over the same events; outputs unioned."""
+    """:func:`spark_udf.detect` for every spec over the same events, outputs unioned. A
+    streaming frame of JSON text runs every spec in one stateful operator (one read of the
+    input, one shuffle; see :func:`route_specs`)."""
     if not specs:
         raise OperatorConfigError("no processor to run")
+    if df.isStreaming and layout == "bucketed":
+        types = {f.name: f.dataType for f in df.schema.fields}
+        plan = route_specs(types, specs, json_col=json_col, stream=stream, buckets=buckets)
+        if plan is not None:
+            return detect_plan(df, plan)
     outputs = [
         detect(
             df, spec.processor, key_cols=spec.key_cols, time_col=spec.time_cols,

@@ -17,13 +17,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from spark_udf.errors import OperatorConfigError, SparkOperatorError
+from spark_udf.operator import detect_plan
 from spark_udf.queries import query_names, query_outputs
-from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs
+from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs, route_specs
 from spark_udf.session import session
 from spark_udf.sinks import BatchSink, MatchHook
-from spark_udf.sources import EVENT_COLUMN, read_jsonl
+from spark_udf.sources import EVENT_COLUMN, SOURCE_TYPES, read_jsonl
 
-__all__ = ["RunSummary", "main", "run_spark"]
+__all__ = ["RunSummary", "lines_read", "main", "run_spark"]
 
 
 @dataclass(frozen=True)
@@ -167,20 +168,26 @@ def run_spark(
     specs, skipped = _specs(program, lateness_ms)
     checkpoint = checkpoint or os.path.join(out, "_checkpoint")
     spark = spark if spark is not None else session(master)
-    events = read_jsonl(spark, events_path, max_records_per_batch=max_records_per_batch,
-                        end_of_input=available_now and end_of_input)
-    outputs = (
-        detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream, buckets=buckets)
-        if specs else None
-    )
-    branches = len(specs)
+    reading = {"max_records_per_batch": max_records_per_batch,
+               "end_of_input": available_now and end_of_input}
+    events = read_jsonl(spark, events_path, **reading)
+    plan = route_specs(SOURCE_TYPES, specs, json_col=EVENT_COLUMN, stream=stream,
+                       buckets=buckets) if specs else None
+    if plan is not None:
+        # Every rule set and metric in one stateful operator, fed by a source that routes
+        # its own rows (spark_udf.routing): the events never cross into the JVM as rows.
+        outputs = detect_plan(read_jsonl(spark, events_path, route=plan, **reading), plan)
+    else:
+        outputs = (
+            detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream, buckets=buckets)
+            if specs else None
+        )
     if not isinstance(program, ProcessorSpec | Sequence) or isinstance(program, str) or (
         isinstance(program, Sequence) and not all(isinstance(p, ProcessorSpec) for p in program)
     ):
         queries = query_outputs(events, program, json_col=EVENT_COLUMN, stream=stream)
         if queries is not None:
             outputs = queries if outputs is None else outputs.unionByName(queries)
-            branches += 1
             skipped = [name for name in skipped if name not in set(query_names(program))]
     if outputs is None:
         raise OperatorConfigError("the program declares nothing the Spark engine runs")
@@ -204,11 +211,11 @@ def run_spark(
                     query.stop()
                     break
                 query.awaitTermination(0.25)
-                input_rows += _new_progress(query, seen, on_progress, branches)
+                input_rows += _new_progress(query, seen, on_progress)
         finally:
             if query.isActive:
                 query.stop()
-    input_rows += _new_progress(query, seen, on_progress, branches)
+    input_rows += _new_progress(query, seen, on_progress)
     error = query.exception()
     if error is not None and not stopped:
         raise SparkOperatorError(f"the streaming query failed: {error}")
@@ -231,7 +238,6 @@ def _new_progress(
     query: Any,
     seen: set[int],
     on_progress: Callable[[dict[str, Any]], None] | None,
-    branches: int = 1,
 ) -> int:
     rows = 0
     for progress in query.recentProgress:
@@ -239,15 +245,24 @@ def _new_progress(
         if batch in seen:
             continue
         seen.add(batch)
-        # every branch of the plan (one per key definition, plus queries) reads the input
-        # again, and Spark adds the branches' rows up: count each event once, and not the
-        # end-of-input mark
+        # Every branch of the plan reads the input (and a routed source reports blobs, not
+        # events): count the lines the micro-batch read, once, without the end-of-input mark.
+        events = lines_read(progress)
         end = _reads_end_mark(progress)
-        events = int(progress["numInputRows"]) // max(1, branches) - end
         rows += events
         if on_progress is not None:
             on_progress({**progress, "eventRows": events, "endOfInput": bool(end)})
     return rows
+
+
+def lines_read(progress: dict[str, Any]) -> int:
+    """Input lines a micro-batch read: the largest line range over its sources."""
+    lines = 0
+    for source in progress.get("sources") or ():
+        start, end = (_offset(source.get(k)) for k in ("startOffset", "endOffset"))
+        if "line" in end:
+            lines = max(lines, int(end["line"]) - int(start.get("line", 0)))
+    return lines
 
 
 def _reads_end_mark(progress: dict[str, Any]) -> int:

@@ -10,6 +10,7 @@ query re-reads exactly the uncommitted range.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -35,10 +38,12 @@ from pyspark.sql.streaming.datasource import (
 from spark_udf.batch import END_MARK_STREAM
 from spark_udf.errors import OperatorConfigError, SourceError
 from spark_udf.resp import RedisConnection
+from spark_udf.routing import ROUTED_SCHEMA, RoutePlan, route_plan_batches
 
 __all__ = [
     "EVENT_COLUMN",
     "SOURCE_SCHEMA",
+    "SOURCE_TYPES",
     "JsonLinesSource",
     "RedisStreamSource",
     "read_files",
@@ -51,6 +56,8 @@ __all__ = [
 
 EVENT_COLUMN = "_event"
 SOURCE_SCHEMA = "_seq bigint, _event string"
+SOURCE_TYPES = {"_seq": T.LongType(), EVENT_COLUMN: T.StringType()}
+"""The Python sources' columns with their Spark types."""
 _ARROW_SCHEMA = pa.schema([("_seq", pa.int64()), ("_event", pa.string())])
 _INDEX_EVERY = 4096
 _LINES_PER_PARTITION = 200_000
@@ -203,11 +210,27 @@ def end_mark_row() -> str:
     return json.dumps({"stream": END_MARK_STREAM})
 
 
+def _route_option(plan: RoutePlan) -> str:
+    return base64.b64encode(cloudpickle.dumps(plan)).decode("ascii")
+
+
+def _route_of(options: dict[str, str]) -> RoutePlan | None:
+    text = options.get("route")
+    if not text:
+        return None
+    plan = cloudpickle.loads(base64.b64decode(text))
+    if not isinstance(plan, RoutePlan):
+        raise OperatorConfigError("the vigil_jsonl 'route' option does not hold a route plan")
+    return plan
+
+
 class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         self.index = JsonLinesIndex(options["path"])
+        self.route = _route_of(options)
         self.max_records = _positive_int(options, "maxRecordsPerBatch", _DEFAULT_MAX_RECORDS)
         self.per_partition = _positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
+        self.min_partitions = _positive_int(options, "minPartitions", 1)
         flag = options.get("endOfInput", options.get("endofinput", "false"))
         self.end_of_input = str(flag).lower() == "true"
         self.target: int | None = None
@@ -242,8 +265,12 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self.index.refresh()
+        first, last = int(start["line"]), int(end["line"])
+        # At least minPartitions tasks per micro-batch, so every core reads (and, with a
+        # route, parses and packs) an even share.
+        even = -(-(last - first) // self.min_partitions) if last > first else 1
         parts: list[InputPartition] = list(
-            self.index.slices(int(start["line"]), int(end["line"]), self.per_partition)
+            self.index.slices(first, last, max(1, min(self.per_partition, even)))
         )
         if end.get("end") and not start.get("end"):
             parts.append(EndMark(int(end["line"])))
@@ -251,10 +278,16 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, EndMark):
-            yield _batch([partition.seq], [end_mark_row()])
-            return
-        assert isinstance(partition, LineSlice)
-        yield from read_slice(partition)
+            batches: Iterator[pa.RecordBatch] = iter([_batch([partition.seq], [end_mark_row()])])
+        else:
+            assert isinstance(partition, LineSlice)
+            batches = read_slice(partition)
+        if self.route is None:
+            yield from batches
+        else:
+            # Route in the reading task itself: no row reaches the JVM, only one blob per
+            # bucket and processor (see spark_udf.routing).
+            yield from route_plan_batches(batches, self.route)
 
 
 class _JsonLinesBatchReader(DataSourceReader):
@@ -276,8 +309,12 @@ class JsonLinesSource(DataSource):
     directory of them read in name order, as ``(_seq, _event)`` rows.
 
     Options: ``path`` (required), ``maxRecordsPerBatch`` (lines per micro-batch, default
-    100000), ``linesPerPartition`` (lines per Spark task, default 200000). Works as a batch
-    source too (``spark.read``), with the same ``_seq``.
+    100000), ``linesPerPartition`` (at most this many lines per Spark task, default 200000),
+    ``minPartitions`` (at least this many tasks per micro-batch, default 1), ``endOfInput``,
+    and ``route`` (streaming only, set by :func:`read_jsonl`): a route plan, with which the
+    source hands over routed rows (:data:`spark_udf.routing.ROUTED_SCHEMA`) ready for
+    :func:`spark_udf.operator.detect_plan`. Works as a batch source too (``spark.read``), with
+    the same ``_seq``.
     """
 
     @classmethod
@@ -285,7 +322,7 @@ class JsonLinesSource(DataSource):
         return "vigil_jsonl"
 
     def schema(self) -> str:
-        return SOURCE_SCHEMA
+        return ROUTED_SCHEMA if self.options.get("route") else SOURCE_SCHEMA
 
     def _checked(self) -> dict[str, str]:
         options = dict(self.options)
@@ -297,7 +334,10 @@ class JsonLinesSource(DataSource):
         return _JsonLinesStreamReader(self._checked())
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _JsonLinesBatchReader(self._checked())
+        options = self._checked()
+        if options.get("route"):
+            raise OperatorConfigError("the vigil_jsonl 'route' option is for streaming reads")
+        return _JsonLinesBatchReader(options)
 
 
 # ---------------------------------------------------------------- Redis Streams
@@ -436,8 +476,13 @@ def read_jsonl(
     streaming: bool = True,
     max_records_per_batch: int = 100_000,
     end_of_input: bool = False,
+    route: RoutePlan | None = None,
 ) -> DataFrame:
     """Events of a JSON-lines file or directory as ``(_seq, _event)``, streaming or static.
+
+    With a ``route`` (streaming; see :func:`spark_udf.rules.route_specs`) the rows come out
+    already routed for :func:`spark_udf.operator.detect_plan`: the reading tasks parse, key
+    and pack the events, and no event row crosses into the JVM.
 
     With ``end_of_input`` a streaming query run with ``trigger(availableNow=True)`` reads one
     more row after the last line, the end-of-input mark, which moves the watermark past every
@@ -449,13 +494,19 @@ def read_jsonl(
         raise SourceError(f"events path {path!r} does not exist")
     register_sources(spark)
     reader = spark.readStream if streaming else spark.read
-    return (
+    reader = (
         reader.format("vigil_jsonl")
         .option("path", os.path.abspath(path))
         .option("maxRecordsPerBatch", max_records_per_batch)
         .option("endOfInput", str(bool(end_of_input)).lower())
-        .load()
     )
+    if route is not None:
+        if not streaming:
+            raise OperatorConfigError("read_jsonl: route is for streaming reads")
+        reader = reader.option("route", _route_option(route))
+    if streaming:
+        reader = reader.option("minPartitions", spark.sparkContext.defaultParallelism)
+    return reader.load()
 
 
 def read_redis(

@@ -25,7 +25,7 @@ from spark_udf.batch import (
     process_bucket,
 )
 from spark_udf.bucket_state import BucketState
-from spark_udf.operator import _json_route, _unpacked, reference_outputs
+from spark_udf.operator import _unpacked, json_route, reference_outputs
 from spark_udf.packing import unpack_tables
 from spark_udf.relevance import needed_rows
 from spark_udf.routing import (
@@ -58,19 +58,10 @@ def _spec(key_type: str = "string"):
 
 
 def _route(spec, buckets: int = 8) -> JsonRoute:
-    route = _json_route(FRAME, "_event", spec.key_cols, spec.time_cols, spec.time_units,
-                        spec.default_stream, buckets)
+    route = json_route([SEQ_COLUMN, "_event"], "_event", spec.key_cols, spec.time_cols,
+                       spec.time_units, spec.default_stream, buckets)
     assert route is not None
     return route
-
-
-class _Frame:
-    """What _json_route reads of a streaming frame of JSON text: its columns."""
-
-    columns = (SEQ_COLUMN, "_event")
-
-
-FRAME = _Frame()
 
 
 def _batches(texts: list[str], cuts: list[int]) -> list[pa.RecordBatch]:
@@ -261,13 +252,46 @@ def test_late_rows_no_rule_can_take_are_still_reported():
     assert [(r["name"], json.loads(r["payload"])["line"]) for r in run.records] == [("late", 0)]
 
 
-def test_rows_of_the_frame_own_columns_keep_spark_expressions(spark):
-    frame = spark.createDataFrame([("c1", '{"ts": 1}')], "card_id string, _event string")
+def test_rows_of_the_frame_own_columns_keep_spark_expressions():
     spec = _spec()
-    assert _json_route(frame, "_event", spec.key_cols, spec.time_cols, "ms", "txn", 4) is None
-    only_json = frame.drop("card_id")
-    route = _json_route(only_json, "_event", spec.key_cols, spec.time_cols, "ms", "txn", 4)
+    keys, times = spec.key_cols, spec.time_cols
+    # card_id is a column of the frame: Spark expressions read it, no routing.
+    assert json_route(["card_id", "_event"], "_event", keys, times, "ms", "txn", 4) is None
+    route = json_route(["_event"], "_event", keys, times, "ms", "txn", 4)
     assert route is not None and route.streams[None].key_fields == ("card_id",)
-    two = _json_route(only_json, "_event", {"a": ("k",), "b": ("j",)}, {"a": "t", "b": "u"},
-                      {"a": "ms", "b": "s"}, None, 4)
+    two = json_route(["_event"], "_event", {"a": ("k",), "b": ("j",)}, {"a": "t", "b": "u"},
+                     {"a": "ms", "b": "s"}, None, 4)
     assert two.streams == {"a": StreamRoute(("k",), "t", 1), "b": StreamRoute(("j",), "u", 1000)}
+
+
+def test_a_source_with_a_route_plan_hands_over_routed_rows(tmp_path):
+    from spark_udf.rules import route_specs
+    from spark_udf.sources import SOURCE_TYPES, JsonLinesSource
+
+    spec, other = _spec(), _spec("string")
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(_texts(3, 40, 0.05, numeric_keys=False)) + "\n")
+    plan = route_specs(SOURCE_TYPES, [spec, other], json_col="_event", buckets=4)
+    assert plan is not None and plan.lateness_ms == 2_000 and len(plan.entries) == 2
+    from spark_udf.sources import _route_option
+
+    source = JsonLinesSource({"path": str(path), "route": _route_option(plan),
+                              "endOfInput": "true"})
+    assert source.schema().startswith(BUCKET_COLUMN)
+    reader = source.streamReader(None)
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    rows = [row for part in reader.partitions(start, end) for batch in reader.read(part)
+            for row in batch.to_pylist()]
+    # Each processor routes every line into its own range of groups, once.
+    for index in (0, 1):
+        mine = [r for r in rows if plan.owner(r[BUCKET_COLUMN]) == index]
+        seqs = sorted(s for r in mine for s in unpack_tables([r["_vigil_pack"]]).__next__()
+                      .column(SEQ_COLUMN).to_pylist())
+        assert seqs == list(range(40))
+    # The end-of-input mark follows, routed like any row, with its far-future time.
+    mark = reader.latestOffset(end, reader.getDefaultReadLimit())
+    (part,) = reader.partitions(end, mark)
+    marks = [row for batch in reader.read(part) for row in batch.to_pylist()]
+    assert [r[MAX_TIME_COLUMN] for r in marks] == [END_MARK_MS, END_MARK_MS]
