@@ -499,6 +499,22 @@ def _key_exprs(
     return [value(name) for name in key_cols]
 
 
+def _check_reserved(df: DataFrame) -> None:
+    reserved = [c for c in df.columns if c.startswith("_vigil_")]
+    if reserved:
+        raise OperatorConfigError(f"input columns {reserved} use the reserved prefix '_vigil_'")
+
+
+def _with_seq(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """``frame`` with a ``_seq`` column: its own, or a hash of the input ``columns``. Without
+    an input position, a content hash is the deterministic id and tie-breaker: the same row
+    gets the same ``_seq`` on every replay."""
+    if SEQ_COLUMN in columns:
+        return frame
+    content = [F.col(c) for c in columns]
+    return frame.withColumn(SEQ_COLUMN, F.pmod(F.xxhash64(*content), F.lit(2**62)))
+
+
 def _prepare(
     df: DataFrame,
     *,
@@ -512,9 +528,7 @@ def _prepare(
 ) -> tuple[DataFrame, DetectPlan]:
     if json_col is not None:
         _require(df, [json_col], "json_col")
-    reserved = [c for c in df.columns if c.startswith("_vigil_")]
-    if reserved:
-        raise OperatorConfigError(f"input columns {reserved} use the reserved prefix '_vigil_'")
+    _check_reserved(df)
     fields = _FieldReader(df, json_col)
     # The end-of-input mark of a finite stream (see spark_udf.batch.END_MARK_STREAM) carries
     # the time that moves the watermark past every event.
@@ -530,11 +544,7 @@ def _prepare(
                 prepared = prepared.withColumn(
                     name, F.date_format(F.col(name), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
                 )
-    if SEQ_COLUMN not in df.columns:
-        # Without an input position, a content hash is the deterministic id and tie-breaker:
-        # the same row gets the same _seq on every replay.
-        content = [F.col(c) for c in df.columns]
-        prepared = prepared.withColumn(SEQ_COLUMN, F.pmod(F.xxhash64(*content), F.lit(2**62)))
+    prepared = _with_seq(prepared, df.columns)
     key_names = tuple(f"{_KEY_PREFIX}{i}" for i in range(len(keys)))
     prepared = prepared.withColumns(
         {TIME_COLUMN: time_expr, **dict(zip(key_names, keys, strict=True))}
@@ -705,18 +715,10 @@ def detect_plan(df: DataFrame, plan: RoutePlan) -> DataFrame:
     if MAX_TIME_COLUMN in df.columns:
         routed = df
     else:
-        reserved = [c for c in df.columns if c.startswith("_vigil_")]
-        if reserved:
-            raise OperatorConfigError(
-                f"input columns {reserved} use the reserved prefix '_vigil_'"
-            )
-        prepared = df
-        if SEQ_COLUMN not in df.columns:
-            # Without an input position, a content hash is the deterministic id.
-            content = [F.col(c) for c in df.columns]
-            prepared = df.withColumn(SEQ_COLUMN, F.pmod(F.xxhash64(*content), F.lit(2**62)))
-        routed = prepared.mapInArrow(lambda batches: route_plan_batches(batches, plan),
-                                     ROUTED_SCHEMA)
+        _check_reserved(df)
+        routed = _with_seq(df, df.columns).mapInArrow(
+            lambda batches: route_plan_batches(batches, plan), ROUTED_SCHEMA
+        )
     # The watermark is defined on each blob's largest event time: the same maximum as over
     # the rows themselves.
     watermarked = (
