@@ -50,7 +50,8 @@ _WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\u
 POSITION_GAP = 100
 
 # What ``\w`` matches among ASCII characters of lowercased text: a token of an ASCII value is a
-# maximal run of these, so its occurrences can be found with ``str.find`` and a boundary test.
+# maximal run of these, so with every other character blanked the value is its tokens between
+# spaces, and a token's occurrences are those of the token framed by spaces.
 _ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 # One byte table that lowercases ASCII letters and turns every ASCII character ``\w`` does not
@@ -362,7 +363,7 @@ class AnalyzedDocument:
 
     __slots__ = (
         "source", "schema", "_values", "_kinds", "_terms", "_tokens", "_positions",
-        "_numbers", "_times", "_default_fields", "_joined", "_plain",
+        "_numbers", "_times", "_default_fields", "_joined", "_plain", "_offsets", "_spaced",
     )
 
     def __init__(self, source: Mapping[str, Any], schema: Schema = DEFAULT_SCHEMA) -> None:
@@ -383,7 +384,9 @@ class AnalyzedDocument:
         self._numbers: dict[str, tuple[int | float, ...]] = {}
         self._times: dict[str, tuple[float, ...]] = {}
         self._joined: dict[str, str] = {}
-        self._plain: dict[str, tuple[str, list[str]] | None] = {}
+        self._plain: dict[str, tuple[str, list[str], str] | None] = {}
+        self._offsets: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        self._spaced: dict[str, str | None] = {}
         self._default_fields: tuple[str, ...] | None = None
 
     def fields(self) -> tuple[str, ...]:
@@ -455,11 +458,12 @@ class AnalyzedDocument:
             self._terms[name] = terms
         return terms
 
-    def _plain_text(self, name: str) -> tuple[str, list[str]] | None:
-        """``(folded value, words)`` when field ``name`` holds one ASCII string analysed as
-        text (the common case, where token positions are word indexes and offsets are found
-        by substring search), else None. The folded value is lowercased with every non-word
-        character blanked (:func:`_ascii_folded`), so its offsets are the value's."""
+    def _plain_text(self, name: str) -> tuple[str, list[str], str] | None:
+        """``(folded value, words, padded)`` when field ``name`` holds one ASCII string
+        analysed as text (the common case, where token positions are word indexes and offsets
+        are found by substring search), else None. The folded value is lowercased with every
+        non-word character blanked (:func:`_ascii_folded`), so its offsets are the value's;
+        ``padded`` is it between two spaces, where a token is exactly a space-framed match."""
         if name in self._plain:
             return self._plain[name]
         values = self._values.get(name, ())
@@ -469,7 +473,7 @@ class AnalyzedDocument:
             and name != DEFAULT_FIELD and self.kind(name) == TEXT
         ):
             folded = _ascii_folded(values[0])
-            plain = (folded, folded.split())
+            plain = (folded, folded.split(), " " + folded + " ")
         self._plain[name] = plain
         return plain
 
@@ -485,21 +489,25 @@ class AnalyzedDocument:
         >>> doc.term_offsets("t", "cab")
         [(2, 5), (7, 10)]
         """
+        key = (name, term)
+        found = self._offsets.get(key)
+        if found is not None:
+            return found
         plain = self._plain_text(name)
         if plain is None:
-            return self.term_spans(name).get(term, [])
-        text = plain[0]
-        size = len(term)
-        limit = len(text)
-        found: list[tuple[int, int]] = []
-        start = text.find(term)
-        while start >= 0:
-            end = start + size
-            if (start == 0 or text[start - 1] not in _ASCII_WORD) and (
-                end == limit or text[end] not in _ASCII_WORD
-            ):
-                found.append((start, end))
-            start = text.find(term, start + 1)
+            found = self.term_spans(name).get(term, [])
+        else:
+            # In the padded folded text every token sits between two spaces, so each match
+            # of the space-framed term is one of its tokens, one character to the right.
+            padded = plain[2]
+            framed = " " + term + " "
+            size = len(term)
+            found = []
+            at = padded.find(framed)
+            while at >= 0:
+                found.append((at, at + size))
+                at = padded.find(framed, at + size + 1)
+        self._offsets[key] = found
         return found
 
     def phrase_starts(self, name: str, words: tuple[str, ...]) -> list[int]:
@@ -552,12 +560,42 @@ class AnalyzedDocument:
             self._joined[name] = joined
         return joined
 
+    def spaced_terms(self, name: str) -> str | None:
+        """The tokens of field ``name`` separated by spaces, with a space at each end, when
+        every value it searches is a plain ASCII text (its folded form is exactly that); None
+        otherwise. A literal some term holds, with spaces for its ``\x1e`` frames, is then a
+        substring.
+
+        Examples
+        --------
+        >>> doc = AnalyzedDocument({"t": "Calendar sync!"}, Schema.of({"t": "text"}))
+        >>> doc.spaced_terms("t")
+        ' calendar sync  '
+        """
+        if name in self._spaced:
+            return self._spaced[name]
+        fields = self.default_fields() if name == DEFAULT_FIELD else (name,)
+        parts = []
+        for field_name in fields:
+            plain = self._plain_text(field_name)
+            if plain is None:
+                parts = None
+                break
+            parts.append(plain[2])
+        spaced = "".join(parts) if parts is not None else None
+        self._spaced[name] = spaced
+        return spaced
+
     def frameable(self, name: str) -> bool:
         """Whether no term of field ``name`` holds the frame character, so that
         :meth:`joined_terms` splits back into exactly the terms (true for every text field)."""
-        if name != DEFAULT_FIELD and self.kind(name) == TEXT:
+        if name == DEFAULT_FIELD:
+            return all(self.frameable(f) for f in self.default_fields())
+        if self.kind(name) == TEXT:
             return True
-        return "\x1e" not in "".join(self.terms(name))
+        # The frame character occurs once more than there are terms, unless a term holds it.
+        joined = self.joined_terms(name)
+        return joined.count("\x1e") == len(self.terms(name)) + 1 if joined else True
 
     def tokens(self, name: str) -> tuple[Token, ...]:
         """Every token of field ``name`` in order, with positions and character offsets."""

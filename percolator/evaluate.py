@@ -60,6 +60,7 @@ __all__ = [
     "evaluate",
     "explain",
     "field_predicate",
+    "glob_pattern",
 ]
 
 #: ``field -> [[start, end], ...]`` character offsets of the matched terms, sorted.
@@ -177,18 +178,21 @@ class TermMatch(Matcher):
         return any(self._matches_field(doc, f) for f in _targets(doc, self.field))
 
     def collect_spans(self, doc: AnalyzedDocument, out: dict[str, set[tuple[int, int]]]) -> None:
+        words = self.words
         for name in _targets(doc, self.field):
-            if not self._matches_field(doc, name):
-                continue
-            found = out.setdefault(name, set())
             if doc.kind(name) == KEYWORD:
+                if self.keywords.isdisjoint(doc.terms(name)):
+                    continue
+                found = out.setdefault(name, set())
                 spans = doc.term_spans(name)
                 for keyword in self.keywords:
                     found.update(spans.get(keyword, ()))
-            elif len(self.words) == 1:
-                found.update(doc.term_offsets(name, self.words[0]))
-            else:
-                width = len(self.words)
+            elif len(words) == 1:
+                if words[0] in doc.terms(name):
+                    out.setdefault(name, set()).update(doc.term_offsets(name, words[0]))
+            elif words and self._matches_field(doc, name):
+                found = out.setdefault(name, set())
+                width = len(words)
                 for start in self._phrase_starts(doc, name):
                     span = doc.phrase_span(name, start, width)
                     if span is not None:
@@ -497,12 +501,9 @@ class PatternMatch(Matcher):
         self.field = field
         self.form = form
         self.source = source
-        if form == "prefix":
-            self.text_pattern = _wildcard_pattern(_escape_wildcard(source) + "*", True)
-            self.keyword_pattern = _wildcard_pattern(_escape_wildcard(source) + "*", False)
-        elif form == "wildcard":
-            self.text_pattern = _wildcard_pattern(source, True)
-            self.keyword_pattern = _wildcard_pattern(source, False)
+        if form != "regex":
+            self.text_pattern = glob_pattern(form, source, TEXT)
+            self.keyword_pattern = glob_pattern(form, source, KEYWORD)
         else:
             test = _compile_re2(source, "regex")
             self.text_pattern = self.keyword_pattern = TermPattern(test, regex_literals(source))
@@ -535,6 +536,19 @@ class PatternMatch(Matcher):
         what = {"prefix": f"starts with {self.source!r}", "wildcard": "matches the wildcard",
                 "regex": "matches the regex"}[self.form]
         return _leaf_reason(self, self.field, doc, what)
+
+
+def glob_pattern(form: Literal["prefix", "wildcard"], source: str, kind: str) -> TermPattern:
+    """The term test of a prefix or wildcard on fields analysed as ``kind``.
+
+    Examples
+    --------
+    >>> pattern = glob_pattern("prefix", "Merg", TEXT)
+    >>> pattern.literals, pattern.test("mergers"), pattern.test("emerge")
+    (('\\x1emerg',), True, False)
+    """
+    wildcard = _escape_wildcard(source) + "*" if form == "prefix" else source
+    return _wildcard_pattern(wildcard, kind == TEXT)
 
 
 def _escape_wildcard(text: str) -> str:
@@ -850,6 +864,9 @@ class Evaluation:
 
 def _merge_spans(spans: set[tuple[int, int]]) -> list[list[int]]:
     # A phrase and its own words overlap; one span per stretch of highlighted text reads best.
+    if len(spans) == 1:
+        ((start, end),) = spans
+        return [[start, end]]
     merged: list[list[int]] = []
     for start, end in sorted(spans):
         if merged and start < merged[-1][1]:
@@ -875,6 +892,9 @@ class CompiledQuery:
         """Offsets of the terms matched by the positive (non-negated) clauses, per field."""
         spans: dict[str, set[tuple[int, int]]] = {}
         self.root.collect_spans(doc, spans)
+        if len(spans) == 1:
+            ((name, found),) = spans.items()
+            return {name: _merge_spans(found)} if found else {}
         return {f: _merge_spans(v) for f, v in sorted(spans.items()) if v}
 
     def explain(self, doc: AnalyzedDocument) -> str:

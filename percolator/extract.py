@@ -1,10 +1,14 @@
 """Extraction of what a document must contain for a query to possibly match it.
 
 A query's requirement is a monotone condition in conjunctive normal form over *atoms*: an exact
-term of a field, a literal inside some term of a field (from prefixes, wildcards and regexes),
-a number or timestamp interval, or the presence of a field. Every atom is a necessary
+term of a field, a term pattern some term of a field passes (from prefixes, wildcards and
+regexes), a number or timestamp interval, or the presence of a field. Every atom is a necessary
 condition, so a document failing the requirement cannot match and need not be verified;
 negations contribute nothing. A query with an empty requirement goes to the always-run bucket.
+When every atom also decides its part of the query (a single word on a text field, a keyword,
+a prefix or wildcard, an inclusive range, field presence) and only AND and OR combine them, the
+requirement is *exact*: it holds exactly when the query matches, as Elasticsearch's percolator
+marks fully extracted queries as verified.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from percolator.analysis import DEFAULT_FIELD, KEYWORD, TEXT, AnalyzedDocument, Schema
@@ -27,6 +32,9 @@ from percolator.evaluate import (
     PatternMatch,
     RangeMatch,
     TermMatch,
+    TermPattern,
+    glob_pattern,
+    regex_literals,
 )
 
 __all__ = [
@@ -37,11 +45,13 @@ __all__ = [
     "Requirement",
     "Selectivity",
     "extract",
+    "term_filter",
 ]
 
-#: ``("term", field, term)``, ``("literal", field, framed literal)``,
-#: ``("number" | "time", field, low, high)`` (inclusive floats, None = open) or
-#: ``("exists", field)``. ``field`` may be the default-field pseudo-field ``"*"``.
+#: ``("term", field, term)``, ``("pattern", field, kind, form, source)`` (some term of the field
+#: passes :func:`term_filter` of ``kind, form, source``), ``("number" | "time", field, low,
+#: high)`` (inclusive floats, None = open) or ``("exists", field)``. ``field`` may be the
+#: default-field pseudo-field ``"*"``.
 Atom = tuple[Any, ...]
 Clause = frozenset[Atom]
 
@@ -50,6 +60,49 @@ MAX_CLAUSES = 32
 
 #: Literals shorter than this (counting their term-edge frames) are too common to filter on.
 MIN_LITERAL = 3
+
+#: Beyond this magnitude not every integer is a float, so an interval of floats may misjudge it.
+_EXACT_FLOAT = 2**53
+
+
+class _LiteralsIn:
+    """Whether a term, framed by :data:`TERM_EDGE`, contains every literal."""
+
+    __slots__ = ("literals",)
+
+    def __init__(self, literals: tuple[str, ...]) -> None:
+        self.literals = literals
+
+    def __call__(self, term: str) -> bool:
+        framed = TERM_EDGE + term + TERM_EDGE
+        return all(literal in framed for literal in self.literals)
+
+
+@lru_cache(maxsize=1 << 16)
+def term_filter(kind: str, form: str, source: str) -> TermPattern:
+    """The test a term must pass for a ``("pattern", field, kind, form, source)`` atom.
+
+    A prefix or wildcard is its own test (the atom then decides the query node); a regex is
+    tested only for its literals of :data:`MIN_LITERAL` characters or more, all within the one
+    term, and the evaluator runs the regex itself. ``literals`` keeps the long literals only.
+
+    Examples
+    --------
+    >>> bool(term_filter("text", "wildcard", "M?rger*").test("mergers"))
+    True
+    >>> regex = term_filter("text", "regex", "ac.e")
+    >>> regex.literals, regex.test("acmes"), regex.test("lace")
+    (('\\x1eac',), True, False)
+    """
+    if form == "regex":
+        literals = _long(regex_literals(source))
+        return TermPattern(_LiteralsIn(literals), literals)
+    pattern = glob_pattern(form, source, kind)  # type: ignore[arg-type]
+    return TermPattern(pattern.test, _long(pattern.literals))
+
+
+def _long(literals: Iterable[str]) -> tuple[str, ...]:
+    return tuple(lit for lit in literals if len(lit) >= MIN_LITERAL)
 
 
 @dataclass(frozen=True)
@@ -115,9 +168,10 @@ class Selectivity:
             if stats is not None:
                 return stats.get(atom[2], self.unseen)
             return max(0.5 ** len(atom[2]), 1e-6)
-        if kind == "literal":
+        if kind == "pattern":
             # A literal inside terms hits more documents than a whole term of its length.
-            return min(1.0, 16.0 * 0.5 ** len(atom[2]))
+            literals = term_filter(*atom[2:]).literals
+            return min(1.0, 16.0 * 0.5 ** max(len(lit) for lit in literals))
         if kind in ("number", "time"):
             return 0.3
         return 0.9
@@ -135,10 +189,12 @@ class Requirement:
     """A conjunction of clauses, each a disjunction of atoms, that every match satisfies.
 
     No clauses: nothing is required (the query always runs). An empty clause: the query can
-    never match.
+    never match. ``exact``: the requirement also suffices, so a document satisfying it matches
+    and a presearcher that checks every clause need not run the evaluator to decide.
     """
 
     clauses: tuple[Clause, ...]
+    exact: bool = False
 
     @property
     def always(self) -> bool:
@@ -177,38 +233,69 @@ def _absorb(clauses: Iterable[Clause]) -> tuple[Clause, ...]:
 
 def conjunction(parts: Iterable[Requirement]) -> Requirement:
     """Every part holds."""
-    return Requirement(_absorb(c for part in parts for c in part.clauses))
+    parts = list(parts)
+    if len(parts) == 1:
+        return parts[0]
+    return Requirement(
+        _absorb(c for part in parts for c in part.clauses), all(p.exact for p in parts)
+    )
 
 
 def disjunction(parts: Iterable[Requirement], selectivity: Selectivity) -> Requirement:
     """At least one part holds; distributes into CNF, weakening when it would grow too large."""
-    parts = [p for p in parts if not p.never]
-    if not parts:
+    parts = list(parts)
+    # A part that can never match drops out of a disjunction without changing it.
+    kept = [p for p in parts if not p.never]
+    if not kept:
         return FALSE
-    if any(p.always for p in parts):
+    if len(kept) == 1:
+        return kept[0]
+    if any(p.always for p in kept):
         return TRUE
+    exact = all(p.exact for p in kept)
     size = 1
-    for part in parts:
+    for part in kept:
         size *= len(part.clauses)
     if size > MAX_CLAUSES:
         # Each part implies any one of its clauses, so the union of one clause per part is a
         # weaker but still necessary condition; choose the most selective clause of each.
-        return Requirement((frozenset().union(*(p.anchor(selectivity) for p in parts)),))
+        return Requirement((frozenset().union(*(p.anchor(selectivity) for p in kept)),))
+    # Distributing OR over the parts' clauses is an equivalence, so exactness survives it.
     product: list[Clause] = [frozenset()]
-    for part in parts:
+    for part in kept:
         product = [left | right for left in product for right in part.clauses]
-    return Requirement(_absorb(product))
+    return Requirement(_absorb(product), exact)
 
 
-def _atom_requirement(atoms: Iterable[Atom]) -> Requirement:
-    return Requirement(_absorb(frozenset({a}) for a in atoms))
+def _atom_requirement(atoms: Iterable[Atom], exact: bool = False) -> Requirement:
+    clauses = [frozenset((a,)) for a in atoms]
+    return Requirement(tuple(clauses) if len(clauses) == 1 else _absorb(clauses), exact)
 
 
-def _literal_atom(field_name: str, literal: str) -> Atom:
-    if literal.startswith(TERM_EDGE) and literal.endswith(TERM_EDGE) and len(literal) > 1:
-        # A literal framed on both sides is a whole term: an exact lookup, no automaton.
-        return ("term", field_name, literal[1:-1])
-    return ("literal", field_name, literal)
+def _exact_bound(value: Any, included: bool) -> bool:
+    """Whether an interval atom's float bound decides a range bound exactly."""
+    if value is None:
+        return True
+    if not included:
+        return False
+    try:
+        return float(value) == value and abs(value) <= _EXACT_FLOAT
+    except OverflowError:
+        return False
+
+
+def _pattern_requirement(node: PatternMatch, name: str, kind: str, exact: bool) -> Requirement:
+    """The atom of a prefix, wildcard or regex on fields of one analysis ``kind``."""
+    literals = term_filter(kind, node.form, node.source).literals
+    if not literals:
+        # Too short to filter on, or no literal at all: the field must still be present.
+        return _atom_requirement([("exists", name)])
+    exact = exact and node.form != "regex"
+    for literal in literals:
+        if literal.startswith(TERM_EDGE) and literal.endswith(TERM_EDGE) and len(literal) > 1:
+            # A literal framed on both sides is a whole term: an exact lookup.
+            return _atom_requirement([("term", name, literal[1:-1])], exact)
+    return _atom_requirement([("pattern", name, kind, node.form, node.source)], exact)
 
 
 def _float_bound(value: Any) -> float | None:
@@ -230,36 +317,41 @@ def _requirement(node: Matcher, schema: Schema, selectivity: Selectivity) -> Req
     if isinstance(node, NotMatch):
         return TRUE
     if isinstance(node, ExistsMatch):
-        return _atom_requirement([("exists", node.field)])
+        return _atom_requirement([("exists", node.field)], True)
     if isinstance(node, RangeMatch):
         if node.kind == "string":
             return _atom_requirement([("exists", node.field)])
+        exact = _exact_bound(node.low, node.include_low) and _exact_bound(
+            node.high, node.include_high
+        )
         return _atom_requirement(
-            [(node.kind, node.field, _float_bound(node.low), _float_bound(node.high))]
+            [(node.kind, node.field, _float_bound(node.low), _float_bound(node.high))], exact
         )
     if isinstance(node, TermMatch):
         name = DEFAULT_FIELD if node.field is None else node.field
         options: list[Requirement] = []
         kinds = schema.possible_kinds(name)
+        # Fields that may be analysed either way meet text words and keywords in one term
+        # set, so only a field of one kind decides the node.
+        single = len(kinds) == 1
         if TEXT in kinds:
             options.append(
-                _atom_requirement(("term", name, w) for w in node.words) if node.words else FALSE
+                _atom_requirement(
+                    (("term", name, w) for w in node.words), single and len(node.words) == 1
+                ) if node.words else FALSE
             )
         if KEYWORD in kinds:
             options.append(
-                Requirement((frozenset(("term", name, k) for k in node.keywords),))
+                Requirement((frozenset(("term", name, k) for k in node.keywords),), single)
             )
         return disjunction(options, selectivity)
     if isinstance(node, PatternMatch):
         name = DEFAULT_FIELD if node.field is None else node.field
-        options = []
-        for kind in sorted(schema.possible_kinds(name)):
-            literals = [
-                lit for lit in node.pattern_for(kind).literals if len(lit) >= MIN_LITERAL
-            ]
-            atoms = [_literal_atom(name, lit) for lit in literals] or [("exists", name)]
-            options.append(_atom_requirement(atoms))
-        return disjunction(options, selectivity)
+        kinds = schema.possible_kinds(name)
+        return disjunction(
+            (_pattern_requirement(node, name, kind, len(kinds) == 1) for kind in sorted(kinds)),
+            selectivity,
+        )
     raise InvalidQueryError(f"cannot extract from {type(node).__name__}")
 
 
@@ -275,8 +367,14 @@ def extract(
     >>> schema = Schema.of({"title": "text"})
     >>> q = SearchAnd((SearchTerm("title", "acme"), SearchPrefix("title", "merg"),
     ...                SearchNot(SearchTerm("title", "rumour"))))
-    >>> sorted(sorted(c) for c in extract(compile_query(q, schema)).clauses)
-    [[('literal', 'title', '\\x1emerg')], [('term', 'title', 'acme')]]
+    >>> requirement = extract(compile_query(q, schema))
+    >>> sorted(sorted(c) for c in requirement.clauses), requirement.exact
+    ([[('pattern', 'title', 'text', 'prefix', 'merg')], [('term', 'title', 'acme')]], False)
+
+    Without the negation every atom decides its node, so the requirement is exact:
+
+    >>> extract(compile_query(SearchAnd(q.clauses[:2]), schema)).exact
+    True
     """
     return _requirement(query.root, query.schema, selectivity)
 

@@ -33,7 +33,9 @@ __all__ = ["IndexStats", "QueryIndex", "RegisteredQuery"]
 class RegisteredQuery:
     """A standing query as stored: its name, source, compiled form, streams and requirement.
 
-    ``streams`` empty means the query applies to documents of every stream.
+    ``streams`` empty means the query applies to documents of every stream. ``decided``: the
+    presearcher proposes the query only for documents it matches (an exact requirement, every
+    clause of which the presearcher checks), so the evaluator need not confirm it.
     """
 
     name: str
@@ -42,6 +44,7 @@ class RegisteredQuery:
     streams: tuple[str, ...]
     requirement: Requirement
     slot: int
+    decided: bool = False
 
     def applies_to(self, stream: str | None) -> bool:
         """Whether documents of ``stream`` (None: unknown stream) are matched by this query."""
@@ -182,7 +185,8 @@ class QueryIndex:
         except InvalidQueryError as exc:
             raise InvalidQueryError(str(exc), query=name) from None
         entry = RegisteredQuery(
-            name, compiled.source, compiled, tuple(streams), requirement, self._next_slot
+            name, compiled.source, compiled, tuple(streams), requirement, self._next_slot,
+            self.presearcher.decides and requirement.exact,
         )
         self._next_slot += 1
         return entry

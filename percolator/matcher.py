@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import xxhash
@@ -19,6 +20,8 @@ from percolator.presearcher import Presearcher
 from query_lang.ast import QueryDecl, SearchNode
 
 __all__ = ["BatchResult", "BatchStats", "Percolator", "QueryMatch", "match_id"]
+
+_by_name = attrgetter("name")
 
 
 def match_id(name: str, document_id: str) -> str:
@@ -75,7 +78,9 @@ class BatchStats:
 
     ``candidates_per_doc`` counts the queries proposed (and so verified) for each document;
     ``verified`` their total, ``matched`` the matches, ``always_run`` the queries in the
-    always-run bucket (verified for every document whatever it contains).
+    always-run bucket (verified for every document whatever it contains). ``decided`` counts
+    the proposed queries the index decided on its own (an exact requirement, see
+    :class:`~percolator.extract.Requirement`): they match without running the evaluator.
     """
 
     documents: int
@@ -83,6 +88,7 @@ class BatchStats:
     verified: int
     matched: int
     always_run: int
+    decided: int = 0
 
     @property
     def mean_candidates(self) -> float:
@@ -187,21 +193,26 @@ class Percolator:
 
     def _match_one(
         self, document: Mapping[str, Any], document_id: str, stream: str | None
-    ) -> tuple[list[QueryMatch], int]:
+    ) -> tuple[list[QueryMatch], int, int]:
+        """The matches of one document, the queries proposed for it and how many of those the
+        index decided."""
         doc = AnalyzedDocument(document, self.index.schema)
         found: list[QueryMatch] = []
-        verified = 0
+        verified = decided = 0
         for entry in self.index.candidates(doc):
             if not entry.applies_to(stream):
                 continue
             verified += 1
-            if entry.compiled.matches(doc):
-                found.append(QueryMatch(
-                    entry.name, document_id, entry.compiled.highlights(doc),
-                    match_id(entry.name, document_id),
-                ))
-        found.sort(key=lambda m: m.name)
-        return found, verified
+            if entry.decided:
+                decided += 1
+            elif not entry.compiled.matches(doc):
+                continue
+            found.append(QueryMatch(
+                entry.name, document_id, entry.compiled.highlights(doc),
+                match_id(entry.name, document_id),
+            ))
+        found.sort(key=_by_name)
+        return found, verified, decided
 
     def match(
         self,
@@ -215,7 +226,9 @@ class Percolator:
         The document id is ``document_id`` if given, else the document's ``id_field``.
         ``stream`` restricts matching to queries registered for that stream (or for all).
         """
-        found, _ = self._match_one(document, self._document_id(document, document_id), stream)
+        found, _, _ = self._match_one(
+            document, self._document_id(document, document_id), stream
+        )
         return found
 
     def match_batch(
@@ -228,19 +241,21 @@ class Percolator:
         """
         all_matches: list[tuple[QueryMatch, ...]] = []
         per_doc: list[int] = []
-        matched = 0
+        matched = decided = 0
         for position, document in enumerate(documents):
             value = document.get(self.id_field) if isinstance(document, Mapping) else None
             document_id = str(position) if value is None else str(value)
-            found, verified = self._match_one(document, document_id, stream)
+            found, verified, by_index = self._match_one(document, document_id, stream)
             all_matches.append(tuple(found))
             per_doc.append(verified)
             matched += len(found)
+            decided += by_index
         stats = BatchStats(
             documents=len(per_doc),
             candidates_per_doc=tuple(per_doc),
             verified=sum(per_doc),
             matched=matched,
             always_run=self.index.always_run(),
+            decided=decided,
         )
         return BatchResult(tuple(all_matches), stats)

@@ -3,8 +3,9 @@
 A :class:`Presearcher` turns compiled queries into requirements and builds index segments over
 them; a segment answers a document with candidate query slots, which the evaluator verifies.
 :class:`NoFilterPresearcher` proposes every query (the baseline every other strategy must agree
-with); :class:`IndexedPresearcher` indexes exact terms in dicts, literals of prefixes, wildcards
-and regexes in Aho-Corasick automata, and numeric/time intervals in sorted arrays.
+with); :class:`IndexedPresearcher` indexes exact terms in dicts, prefixes, wildcards and regexes
+by the terms that pass them (found with an Aho-Corasick automaton of their literals), and
+numeric/time intervals in sorted arrays.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Iterable
-from operator import itemgetter
 from typing import Any
 
 import ahocorasick
@@ -20,15 +20,15 @@ import numpy as np
 
 from percolator.analysis import DEFAULT_FIELD, AnalyzedDocument
 from percolator.errors import ConfigurationError
-from percolator.evaluate import CompiledQuery
+from percolator.evaluate import TERM_EDGE, CompiledQuery, TermPattern, wildcard_segments
 from percolator.extract import (
     DEFAULT_SELECTIVITY,
     TRUE,
     Atom,
-    Clause,
     Requirement,
     Selectivity,
     extract,
+    term_filter,
 )
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 
-#: A query is posted under term pairs only when its two clauses give at most this many pairs.
+#: A query is posted under atom pairs only when its two clauses give at most this many pairs.
 MAX_PAIRS = 16
 
 
@@ -75,9 +75,14 @@ class Segment(ABC):
 
 
 class Presearcher(ABC):
-    """A prefilter strategy: how queries are reduced to requirements and indexed."""
+    """A prefilter strategy: how queries are reduced to requirements and indexed.
+
+    ``decides`` says whether its segments propose a query only when its whole requirement
+    holds, so that a query whose requirement is exact needs no verification.
+    """
 
     name = "presearcher"
+    decides = False
 
     @abstractmethod
     def requirement(self, query: CompiledQuery) -> Requirement:
@@ -117,60 +122,210 @@ class NoFilterPresearcher(Presearcher):
         return NoFilterSegment()
 
 
+#: Interval tables up to this size are stabbed by a Python scan; larger ones through numpy.
+_FEW_INTERVALS = 32
+
+#: Beyond this magnitude an integer may not survive conversion to a float, so it is compared
+#: with the bounds in Python, exactly, as the evaluator does.
+_EXACT_FLOAT = 2**53
+
+
 class _IntervalTable:
     """Intervals of one (kind, field), inclusive, open ends as infinities, sorted by low end."""
 
-    __slots__ = ("pending", "lows", "highs", "atoms", "low_list")
+    __slots__ = ("pending", "highs", "atoms", "low_list")
 
     def __init__(self) -> None:
         self.pending: list[tuple[float, float, int]] = []
-        self.lows = self.highs = self.atoms = None
+        self.highs: np.ndarray | None = None
+        self.atoms: np.ndarray | None = None
         self.low_list: list[float] = []
 
     def seal(self) -> None:
         self.pending.sort()
+        if len(self.pending) <= _FEW_INTERVALS:
+            return
         self.low_list = [low for low, _, _ in self.pending]
-        self.lows = np.array(self.low_list, dtype=np.float64)
         self.highs = np.array([high for _, high, _ in self.pending], dtype=np.float64)
         self.atoms = np.array([atom for _, _, atom in self.pending], dtype=np.int64)
 
     def stab(self, value: float, hits: set[int]) -> None:
-        try:
-            value = float(value)
-        except OverflowError:
-            value = np.inf if value > 0 else -np.inf
-        if self.atoms is None:
+        """Add the atoms of the intervals holding ``value`` to ``hits``."""
+        if self.atoms is None or (
+            type(value) is int and not -_EXACT_FLOAT <= value <= _EXACT_FLOAT
+        ):
+            # Python compares an int with a float bound exactly, whatever its size.
             hits.update(a for low, high, a in self.pending if low <= value <= high)
             return
+        assert self.highs is not None
+        value = float(value)
         count = bisect_right(self.low_list, value)
         if count:
             hits.update(self.atoms[:count][self.highs[:count] >= value].tolist())
 
 
-def _atom_holds(doc: AnalyzedDocument, atom: Atom) -> bool:
-    kind, field_name = atom[0], atom[1]
-    if kind == "literal":
-        return atom[2] in doc.joined_terms(field_name)
-    if kind == "term":
-        return atom[2] in doc.terms(field_name)
-    if kind == "exists":
-        return doc.has(field_name)
-    low, high = atom[2], atom[3]
-    values = doc.numbers(field_name) if kind == "number" else doc.timestamps(field_name)
-    for value in values:
-        if (low is None or low <= value) and (high is None or value <= high):
-            return True
-    return False
+#: Distinct document terms a sealed segment remembers before it starts afresh.
+_TERM_MEMORY = 1 << 17
+
+#: Pattern atom ids are the pattern id plus a multiple of this power of two per field, above
+#: the ids of the other atoms of a segment, which count from 0.
+_PATTERN_ID_BITS = 40
+_PATTERN_ATOMS = 1 << _PATTERN_ID_BITS
+_PATTERN_ID_MASK = _PATTERN_ATOMS - 1
 
 
-def _probe_terms(doc: AnalyzedDocument, fields: Iterable[str]) -> frozenset[str] | set[str]:
-    """The distinct terms ``doc`` holds in any of ``fields``, each once.
+class _PatternTable:
+    """The pattern atoms of a segment: some term of a field passes a term pattern.
+
+    A pattern is a ``(kind, form, source)`` with its :func:`term_filter`; its atom id is the
+    pattern id plus an offset per field, so the field and the pattern of an atom id are a
+    shift and a mask away. While the segment is open every pattern is tested against its
+    field directly. Once sealed, the patterns whose atoms are keys are found term by term
+    (:meth:`passes`: the framed term is scanned with an Aho-Corasick automaton of their
+    longest literals and only the patterns found are tested; the segment remembers the
+    answer per term), and the others are tested when a query posted under a key the
+    document holds needs them (:meth:`holds`).
+    """
+
+    __slots__ = (
+        "offsets", "pattern_ids", "filters", "patterns", "automaton", "keys", "field_names",
+        "decisive",
+    )
+
+    def __init__(self) -> None:
+        # field -> offset of its pattern atom ids; (kind, form, source) -> pattern id.
+        self.offsets: dict[str, int] = {}
+        self.pattern_ids: dict[tuple[str, str, str], int] = {}
+        self.filters: list[TermPattern] = []
+        # While open: field -> pattern ids of its atoms.
+        self.patterns: dict[str, set[int]] = {}
+        # Sealed: the automaton of the key patterns' longest literals (values: pattern ids);
+        # key pattern id -> the fields where its atom is a key; offset >> _PATTERN_ID_BITS ->
+        # field. Pattern id -> its literal when a term holds its only literal exactly when it
+        # passes, with spaces for frames (None if the literal holds a space), else False.
+        self.automaton: ahocorasick.Automaton | None = None
+        self.keys: dict[int, tuple[str, ...]] = {}
+        self.field_names: list[str] = []
+        self.decisive: list[str | bool | None] = []
+
+    def atom(self, atom: Atom) -> int:
+        """Register a pattern atom; returns its atom id."""
+        key = atom[2:]
+        pattern_id = self.pattern_ids.get(key)
+        if pattern_id is None:
+            pattern_id = self.pattern_ids[key] = len(self.filters)
+            self.filters.append(term_filter(*key))
+            self.decisive.append(_decisive_literal(*key))
+        offset = self.offsets.get(atom[1])
+        if offset is None:
+            offset = self.offsets[atom[1]] = (len(self.offsets) + 1) << _PATTERN_ID_BITS
+        self.patterns.setdefault(atom[1], set()).add(pattern_id)
+        return offset + pattern_id
+
+    def field_of(self, atom_id: int) -> str:
+        """The field of a pattern atom."""
+        return self.field_names[atom_id >> _PATTERN_ID_BITS]
+
+    def hits(self, doc: AnalyzedDocument, hits: set[int]) -> None:
+        """Add to ``hits`` every pattern atom ``doc`` satisfies, testing each (while open)."""
+        filters = self.filters
+        for field_name, pattern_ids in self.patterns.items():
+            if doc.has(field_name):
+                offset = self.offsets[field_name]
+                for pattern_id in pattern_ids:
+                    if next(filters[pattern_id].matching_terms(doc, field_name), None):
+                        hits.add(offset + pattern_id)
+
+    def seal(self, keys: Iterable[int]) -> None:
+        """Build the read structures; ``keys`` are the atom ids queries are posted under."""
+        self.field_names = [""] * (len(self.offsets) + 1)
+        for field_name, offset in self.offsets.items():
+            self.field_names[offset >> _PATTERN_ID_BITS] = field_name
+        located: dict[int, list[str]] = {}
+        for atom_id in keys:
+            if atom_id >= _PATTERN_ATOMS:
+                located.setdefault(atom_id & _PATTERN_ID_MASK, []).append(self.field_of(atom_id))
+        self.keys = {pattern_id: tuple(fields) for pattern_id, fields in located.items()}
+        if self.keys:
+            probes: dict[str, list[int]] = {}
+            for pattern_id in self.keys:
+                probes.setdefault(self.filters[pattern_id].probe, []).append(pattern_id)
+            automaton = ahocorasick.Automaton()
+            for probe, pattern_ids in probes.items():
+                automaton.add_word(probe, tuple(pattern_ids))
+            automaton.make_automaton()
+            self.automaton = automaton
+        self.patterns = {}
+        self.pattern_ids = {}
+
+    def passes(self, term: str) -> tuple[Any, ...]:
+        """``(field, atom id, field, atom id, ...)`` of the key pattern atoms ``term`` passes
+        (for the fields of those atoms that hold it)."""
+        if self.automaton is None:
+            return ()
+        filters = self.filters
+        found: set[int] = set()
+        for _, pattern_ids in self.automaton.iter(TERM_EDGE + term + TERM_EDGE):
+            for pattern_id in pattern_ids:
+                if pattern_id not in found and filters[pattern_id].test(term):
+                    found.add(pattern_id)
+        keys = self.keys
+        offsets = self.offsets
+        return tuple(
+            item
+            for pattern_id in found
+            for field_name in keys[pattern_id]
+            for item in (field_name, offsets[field_name] + pattern_id)
+        )
+
+    def holds(self, doc: AnalyzedDocument, atom_id: int) -> bool:
+        """Whether the pattern atom ``atom_id`` holds.
+
+        When the pattern's only literal decides it (a prefix, a suffix, an infix) that is one
+        substring search in the field's terms; otherwise the terms holding its longest
+        literal are tested.
+        """
+        field_name = self.field_names[atom_id >> _PATTERN_ID_BITS]
+        if not doc.has(field_name):
+            return False
+        pattern_id = atom_id & _PATTERN_ID_MASK
+        pattern = self.filters[pattern_id]
+        decisive = self.decisive[pattern_id]
+        if decisive is not False:
+            if decisive is not None:
+                spaced = doc.spaced_terms(field_name)
+                if spaced is not None:
+                    return decisive in spaced
+            if doc.frameable(field_name):
+                return pattern.probe in doc.joined_terms(field_name)  # type: ignore[operator]
+        return next(pattern.matching_terms(doc, field_name), None) is not None
+
+
+def _decisive_literal(kind: str, form: str, source: str) -> str | bool | None:
+    """The only literal of a pattern, spaces for its frames, when a field's framed terms hold
+    it exactly when one of them passes the pattern (a prefix, or a wildcard of one literal and
+    ``*`` only); None for such a literal holding a space; False for other patterns."""
+    literals = term_filter(kind, form, source).literals
+    if len(literals) != 1 or form == "regex":
+        return False
+    if form == "wildcard":
+        items = [k for k, _ in wildcard_segments(source)]
+        if items.count("literal") != 1 or "one" in items:
+            return False
+    literal = literals[0]
+    if " " in literal or TERM_EDGE in literal[1:-1]:
+        return None
+    return literal.replace(TERM_EDGE, " ")
+
+
+def _probe_terms(doc: AnalyzedDocument, fields: Iterable[str]) -> frozenset[str]:
+    """The distinct terms ``doc`` holds in any of ``fields``.
 
     The default fields' terms are all in :data:`DEFAULT_FIELD`'s, so when it is among
     ``fields`` only the other non-default fields add to it.
     """
     if DEFAULT_FIELD in fields:
-        probe: frozenset[str] | set[str] = doc.terms(DEFAULT_FIELD)
+        probe = doc.terms(DEFAULT_FIELD)
         defaults = doc.default_fields()
         others = [f for f in fields if f != DEFAULT_FIELD and f not in defaults]
     else:
@@ -183,110 +338,117 @@ def _probe_terms(doc: AnalyzedDocument, fields: Iterable[str]) -> frozenset[str]
     return probe
 
 
-#: Partner dicts up to this size are probed key by key; larger ones are intersected in C from
-#: their smaller side, so the cost follows the candidates and not the size of the index.
+def _atom_holds(doc: AnalyzedDocument, atom: Atom) -> bool:
+    """Whether ``atom`` holds for ``doc``, evaluated directly (the reference for the index)."""
+    kind, field_name = atom[0], atom[1]
+    if kind == "term":
+        return atom[2] in doc.terms(field_name)
+    if kind == "pattern":
+        return next(term_filter(*atom[2:]).matching_terms(doc, field_name), None) is not None
+    if kind == "exists":
+        return doc.has(field_name)
+    low, high = atom[2], atom[3]
+    values = doc.numbers(field_name) if kind == "number" else doc.timestamps(field_name)
+    for value in values:
+        if (low is None or low <= value) and (high is None or value <= high):
+            return True
+    return False
+
+
+#: Partner terms of a key up to this many are kept as a tuple of (term, slots) pairs once
+#: sealed and probed one by one; more stay a dict, intersected with the document's terms in C
+#: from the smaller side.
 _SMALL_PARTNERS = 8
 
-
-def _partners_present(
-    partners: dict[Any, list[int]], present: frozenset[Any] | set[Any], posted: set[int]
-) -> None:
-    """Add to ``posted`` the slots of every partner in ``present``."""
-    if len(partners) <= _SMALL_PARTNERS:
-        for key, slots in partners.items():
-            if key in present:
-                posted.update(slots)
-        return
-    keys = (
-        partners.keys() & present if len(present) < len(partners)
-        else present.intersection(partners)
-    )
-    for key in keys:
-        posted.update(partners[key])
-
-
-_second = itemgetter(1)
-
-
-def _automaton(literals: Iterable[tuple[str, int]]) -> ahocorasick.Automaton:
-    automaton = ahocorasick.Automaton()
-    for literal, atom_id in literals:
-        automaton.add_word(literal, atom_id)
-    automaton.make_automaton()
-    return automaton
+#: What a sealed segment knows of a term no query is posted under and no key pattern accepts.
+_NOTHING: tuple[Any, ...] = ((), ())
 
 
 class IndexedSegment(Segment):
     """Postings of queries under the most selective clauses of their requirement.
 
-    Exact terms live in dicts per field, framed literals in one Aho-Corasick automaton per
-    field run over the document's distinct terms (a substring scan while the segment is open),
-    intervals in arrays sorted by low end, present fields in a dict; a document looks each of
-    its distinct terms up once per table, in C. Most queries are posted under a pair: two terms
-    of their two most selective clauses, or a term and an atom of another clause, found by
-    intersecting the partners of each document term with the document from the smaller side
-    (a term's few partner literals are tested by substring search, so the automata a document
-    must be scanned with hold only the literals queries are posted under alone). A posted
-    query becomes a candidate only when its other clauses hold too, checked directly against
-    the document (minimum-should-match over all clauses, as Elasticsearch's percolator does for
-    conjunctions).
+    A query with two or more clauses is posted under pairs of atoms, one from each of its two
+    most selective clauses: the rarer atom is the *key*, the other its *partner*. So a
+    document proposes it only when it holds both, and the queries it proposes follow the
+    co-occurrence of their atoms rather than how many queries share a frequent one (as
+    Elasticsearch's percolator requires a minimum number of clauses to match). A query with
+    one clause, or clauses too wide to pair, is posted under each atom of its most selective
+    clause alone. The clauses not posted under are checked for the queries posted, so a
+    proposed query satisfies its whole requirement.
+
+    Keys are terms wherever a clause offers one (patterns cost more to find). A document's
+    term keys are found by one intersection in C of its distinct terms with the terms keyed;
+    a key's partner terms by probing the document's terms of their field, from the smaller
+    side. When some pattern is a key (a wildcard alone, say), the sealed segment instead keeps
+    per document term, filled in the first time a document holds it, both the keys of the term
+    and the key patterns it passes (see :class:`_PatternTable`), so the intersection finds
+    both. Intervals and field presence are found for the document up front; a partner or
+    checked pattern is tested when a posted query needs it, mostly by one substring search.
+    The number of queries enters the work per document only through the partners of the keys
+    it holds.
     """
 
     def __init__(self, selectivity: Selectivity = DEFAULT_SELECTIVITY) -> None:
         super().__init__()
         self._selectivity = selectivity
         self._atom_ids: dict[Atom, int] = {}
-        self._atoms: list[Atom] = []
-        self._postings: dict[int, list[int]] = {}
-        # slot -> the clauses its posting leaves to check, as tuples of check-atom ids (small
-        # ints, cheap to memoise per document); equal atoms of many queries share one id.
-        self._checks: dict[int, tuple[tuple[int, ...], ...]] = {}
-        self._check_ids: dict[Atom, int] = {}
-        self._check_atoms: list[Atom] = []
-        self._always: list[int] = []
-        self._terms: dict[str, dict[str, int]] = {}
-        self._literals: dict[str, dict[str, int]] = {}
-        self._automata: dict[str, ahocorasick.Automaton] = {}
-        # Automata over the literals queries are posted under alone, which every document
-        # must be scanned for; the literals queries are posted under with a term are tested
-        # only for the document terms that carry them.
-        self._anchor_automata: dict[str, ahocorasick.Automaton] = {}
+        # Non-pattern atom id -> the atom, to evaluate the terms left to check.
+        self._atoms: list[Atom | None] = []
+        self.patterns = _PatternTable()
         self._intervals: dict[tuple[str, str], _IntervalTable] = {}
         self._exists: dict[str, int] = {}
-        # field -> term -> [pair partners, mixed partners]; its keys are the fields whose
-        # terms a document probes (see _term_fields for the lookup). Pair partners map a partner
-        # term (same field) to the slots of the queries posted under a pair of terms that must
-        # both occur; mixed partners map the id of another atom (a literal, an interval, a
-        # term of another field...) to the slots of queries posted under a term and another
-        # clause. Either is None when the term has none.
-        self._by_term: dict[str, dict[str, list[Any]]] = {}
-        # The same postings keyed by term first (term -> field -> [pairs, mixed]), so that a
-        # document probes each of its distinct terms once, not once per field that holds it.
-        self._term_fields: dict[str, dict[str, list[Any]]] = {}
-        # Once sealed: term -> ((field, pairs, mixed), ...) with a term's few partners as
-        # tuples (see _flat_partners).
-        self._flat: dict[str, tuple[tuple[str, Any, Any], ...]] = {}
+        self._always: list[int] = []
+        # term -> field -> key postings of the term atom; other atom id -> its key postings.
+        # Key postings: [field, slots posted under the atom alone, partner term of the field
+        # -> slots, other field -> partner term -> slots, partner atom id (not a term) ->
+        # slots]; once sealed, a tuple (see _sealed_key) and term -> tuple of them.
+        self._term_keys: dict[str, Any] = {}
+        self._atom_keys: dict[int, Any] = {}
+        # The fields whose document terms are looked up: of term keys and of patterns.
+        self._probe_fields: set[str] = set()
+        # Sealed: field -> the partner terms of its keys with many partners.
+        self.partnered: dict[str, frozenset[str]] = {}
+        # slot -> the clauses its posting leaves to check, as tuples of atom ids
+        self._checks: dict[int, tuple[tuple[int, ...], ...]] = {}
+        # Sealed: term -> (its key postings, (field, atom id, ...) of the key pattern atoms it
+        # passes), for the terms seen so far.
+        self._known: dict[str, tuple[Any, ...]] = {}
 
     def _atom_id(self, atom: Atom) -> int:
         known = self._atom_ids.get(atom)
         if known is not None:
             return known
-        atom_id = len(self._atom_ids)
-        self._atom_ids[atom] = atom_id
-        self._atoms.append(atom)
         kind = atom[0]
-        if kind == "term":
-            self._terms.setdefault(atom[1], {})[atom[2]] = atom_id
-        elif kind == "literal":
-            self._literals.setdefault(atom[1], {})[atom[2]] = atom_id
-        elif kind in ("number", "time"):
+        if kind == "pattern":
+            atom_id = self.patterns.atom(atom)
+            self._probe_fields.add(atom[1])
+        else:
+            atom_id = len(self._atoms)
+            self._atoms.append(atom)
+        self._atom_ids[atom] = atom_id
+        if kind in ("number", "time"):
             low = -np.inf if atom[2] is None else atom[2]
             high = np.inf if atom[3] is None else atom[3]
             table = self._intervals.setdefault((kind, atom[1]), _IntervalTable())
             table.pending.append((low, high, atom_id))
-        else:
+        elif kind == "exists":
             self._exists[atom[1]] = atom_id
         return atom_id
+
+    def _key(self, atom: Atom) -> list[Any]:
+        """The key postings of ``atom``, created empty."""
+        if atom[0] == "term":
+            by_field = self._term_keys.setdefault(atom[2], {})
+            key = by_field.get(atom[1])
+            if key is None:
+                key = by_field[atom[1]] = [atom[1], [], {}, {}, {}]
+                self._probe_fields.add(atom[1])
+            return key
+        atom_id = self._atom_id(atom)
+        key = self._atom_keys.get(atom_id)
+        if key is None:
+            key = self._atom_keys[atom_id] = [None, [], {}, {}, {}]
+        return key
 
     def add(self, slot: int, requirement: Requirement) -> None:
         self._check_open()
@@ -298,143 +460,73 @@ class IndexedSegment(Segment):
             self.always_run += 1
             return
         selectivity = self._selectivity
-        posted = self._post_pair(slot, requirement) or self._post_mixed(slot, requirement)
-        if not posted:
-            anchor = requirement.anchor(selectivity)
-            for atom in anchor:
-                self._postings.setdefault(self._atom_id(atom), []).append(slot)
-            posted = (anchor,)
-        rest = sorted(
-            (c for c in requirement.clauses if c not in posted), key=selectivity.clause_cost
+        clauses = sorted(
+            requirement.clauses, key=lambda c: (selectivity.clause_cost(c), len(c))
         )
+        first = clauses[0]
+        if len(clauses) >= 2 and len(first) * len(clauses[1]) <= MAX_PAIRS:
+            rest = clauses[2:]
+            atom_cost = selectivity.atom_cost
+            for left in first:
+                for right in clauses[1]:
+                    # The rarer atom is the key, but a pattern only when both are: the keys
+                    # a document holds are found first, and patterns cost more to find.
+                    rare, other = (left, right) if (
+                        (left[0] == "pattern", atom_cost(left))
+                        <= (right[0] == "pattern", atom_cost(right))
+                    ) else (right, left)
+                    key = self._key(rare)
+                    if other[0] != "term":
+                        partners = key[4].setdefault(self._atom_id(other), [])
+                    elif other[1] == key[0]:
+                        partners = key[2].setdefault(other[2], [])
+                    else:
+                        partners = key[3].setdefault(other[1], {}).setdefault(other[2], [])
+                    partners.append(slot)
+        else:
+            rest = clauses[1:]
+            for atom in first:
+                self._key(atom)[1].append(slot)
         if rest:
-            # Most selective clause first: a failing check usually stops at the first atom.
-            self._checks[slot] = tuple(
-                tuple(map(self._check_id, sorted(c, key=selectivity.atom_cost))) for c in rest
-            )
-
-    def _check_id(self, atom: Atom) -> int:
-        known = self._check_ids.get(atom)
-        if known is None:
-            known = self._check_ids[atom] = len(self._check_atoms)
-            self._check_atoms.append(atom)
-        return known
-
-    def _post_pair(self, slot: int, requirement: Requirement) -> tuple[Clause, ...]:
-        """Post the query under every pair of terms of its two most selective term clauses.
-
-        A document then proposes the query only when it holds both terms of a pair, so the
-        queries posted per document follow co-occurrence, not the frequency of single terms:
-        what keeps candidate counts flat as the number of queries grows.
-        """
-        cost = self._selectivity.clause_cost
-        by_field: dict[str, list[Clause]] = {}
-        for clause in requirement.clauses:
-            fields = {a[1] for a in clause if a[0] == "term"}
-            if len(fields) == 1 and all(a[0] == "term" for a in clause):
-                by_field.setdefault(fields.pop(), []).append(clause)
-        options = [
-            sorted(clauses, key=cost)[:2] for clauses in by_field.values() if len(clauses) >= 2
-        ]
-        if not options:
-            return ()
-        first, second = min(options, key=lambda pair: cost(pair[0]) * cost(pair[1]))
-        if len(first) * len(second) > MAX_PAIRS:
-            return ()
-        atom_cost = self._selectivity.atom_cost
-        for left in first:
-            for right in second:
-                rare, common = (left, right) if atom_cost(left) <= atom_cost(right) else (
-                    right, left)
-                partners = self._partners(rare[1], rare[2], 0)
-                partners.setdefault(common[2], []).append(slot)
-        return (first, second)
-
-    def _partners(self, field_name: str, term: str, kind: int) -> dict[Any, list[int]]:
-        """The pair (``kind`` 0) or mixed (``kind`` 1) partners of ``term`` in ``field_name``."""
-        by_term = self._by_term.setdefault(field_name, {})
-        both = by_term.get(term)
-        if both is None:
-            both = by_term[term] = [None, None]
-            self._term_fields.setdefault(term, {})[field_name] = both
-        partners = both[kind]
-        if partners is None:
-            partners = both[kind] = {}
-        return partners
-
-    def _post_mixed(self, slot: int, requirement: Requirement) -> tuple[Clause, ...]:
-        """Post the query under a term of one clause paired with an atom of another.
-
-        Used when no two clauses are terms of one field: a prefix AND a term, a term AND a
-        range, terms of two fields. The document's hit atoms are intersected with the
-        partners of each of its terms.
-        """
-        cost = self._selectivity.clause_cost
-        clauses = sorted(requirement.clauses, key=cost)
-        term_clauses = [
-            c for c in clauses if len(c) <= MAX_PAIRS and all(a[0] == "term" for a in c)
-        ]
-        if not term_clauses or len(clauses) < 2:
-            return ()
-        first = term_clauses[0]
-        second = next((c for c in clauses if c != first), None)
-        if second is None or len(first) * len(second) > MAX_PAIRS:
-            return ()
-        for term_atom in first:
-            partners = self._partners(term_atom[1], term_atom[2], 1)
-            for atom in second:
-                partners.setdefault(self._atom_id(atom), []).append(slot)
-        return (first, second)
+            self._checks[slot] = tuple(tuple(map(self._atom_id, c)) for c in rest)
 
     def seal(self) -> None:
-        postings = self._postings
-        for field_name, literals in self._literals.items():
-            self._automata[field_name] = _automaton(literals.items())
-            anchors = [(lit, atom) for lit, atom in literals.items() if atom in postings]
-            if anchors:
-                self._anchor_automata[field_name] = _automaton(anchors)
+        self.patterns.seal(self._atom_keys)
         for table in self._intervals.values():
             table.seal()
-        self._flat = {
-            term: tuple(
-                (field_name, self._flat_partners(pairs, False),
-                 self._flat_partners(mixed, True))
-                for field_name, (pairs, mixed) in fields.items()
-            )
-            for term, fields in self._term_fields.items()
+        self._term_keys = {
+            term: tuple(self._sealed_key(key) for key in by_field.values())
+            for term, by_field in self._term_keys.items()
         }
+        self._atom_keys = {
+            atom_id: self._sealed_key(key) for atom_id, key in self._atom_keys.items()
+        }
+        partnered: dict[str, set[str]] = {}
+        for keys in self._term_keys.values():
+            for key in keys:
+                if type(key[2]) is dict:
+                    partnered.setdefault(key[0], set()).update(key[2])
+        self.partnered = {name: frozenset(terms) for name, terms in partnered.items()}
+        # Only term atoms are looked up by id once sealed (to check them); the ids of the
+        # others are needed only to add queries, which a sealed segment no longer does.
+        self._atoms = [atom if atom is not None and atom[0] == "term" else None
+                       for atom in self._atoms]
+        self._atom_ids = {}
         super().seal()
 
-    def _flat_partners(self, partners: dict[Any, list[int]] | None, mixed: bool) -> Any:
-        """A term's few partners as parallel tuples (keys, slots), contiguous to read; many
-        stay a dict, to be intersected. Mixed partners' keys are ``(atom id, atom)`` pairs."""
-        if partners is None or len(partners) > _SMALL_PARTNERS:
-            return partners
-        keys = tuple((k, self._atoms[k]) for k in partners) if mixed else tuple(partners)
-        return keys, tuple(tuple(slots) for slots in partners.values())
+    def _learn(self, terms: Iterable[str]) -> None:
+        """Fill in what the segment knows of terms first seen."""
+        known = self._known
+        term_keys = self._term_keys
+        passes = self.patterns.passes
+        for term in terms:
+            keys = term_keys.get(term, ())
+            key_patterns = passes(term)
+            known[term] = (keys, key_patterns) if keys or key_patterns else _NOTHING
 
-    def hits(self, doc: AnalyzedDocument, *, anchors_only: bool = False) -> set[int]:
-        """Ids of the indexed atoms of this segment that ``doc`` satisfies.
-
-        With ``anchors_only``, the literals found are only those some query is posted under
-        alone (terms, intervals and fields are always complete).
-        """
-        hits: set[int] = set()
-        for field_name, table in self._terms.items():
-            if doc.has(field_name):
-                hits.update(map(table.__getitem__, table.keys() & doc.terms(field_name)))
-        if self.sealed:
-            automata = self._anchor_automata if anchors_only else self._automata
-            for field_name, automaton in automata.items():
-                if doc.has(field_name):
-                    joined = doc.joined_terms(field_name)
-                    if joined:
-                        hits.update(map(_second, automaton.iter(joined)))
-        else:
-            for field_name, literals in self._literals.items():
-                if doc.has(field_name):
-                    joined = doc.joined_terms(field_name)
-                    hits.update(atom for lit, atom in literals.items() if lit in joined)
+    def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
+        view = _DocumentView(doc, self)
+        hits = view.hits
         for (kind, field_name), intervals in self._intervals.items():
             if doc.has(field_name):
                 values = doc.numbers(field_name) if kind == "number" else doc.timestamps(
@@ -444,33 +536,65 @@ class IndexedSegment(Segment):
         for field_name, atom_id in self._exists.items():
             if doc.has(field_name):
                 hits.add(atom_id)
-        return hits
-
-    def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
-        posted: set[int] = set()
-        postings = self._postings
-        if postings:
-            for atom_id in self.hits(doc, anchors_only=True):
-                slots = postings.get(atom_id)
-                if slots is not None:
-                    posted.update(slots)
-        if self._by_term:
-            self._post_partner_hits(doc, posted)
+        probe = _probe_terms(doc, self._probe_fields)
+        held: list[tuple[str, Any]] = []
+        if not self.sealed:
+            self.patterns.hits(doc, hits)
+            term_keys = self._term_keys
+            held = [(term, term_keys[term].values()) for term in term_keys.keys() & probe]
+        elif self.patterns.automaton is None:
+            # No pattern is a key: the term keys are all there is to look up by term.
+            term_keys = self._term_keys
+            held = [(term, term_keys[term]) for term in term_keys.keys() & probe]
+        elif probe:
+            known = self._known
+            present = known.keys() & probe
+            if len(present) < len(probe):
+                if len(known) + len(probe) > _TERM_MEMORY:
+                    # Start afresh, so what is remembered stays the stream's recent terms.
+                    known.clear()
+                    self._learn(probe)
+                else:
+                    self._learn(probe - present)
+                present = probe
+            for term in present:
+                info = known[term]
+                if info is _NOTHING:
+                    continue
+                keys, key_patterns = info
+                if keys:
+                    held.append((term, keys))
+                for index in range(0, len(key_patterns), 2):
+                    if term in view.terms(key_patterns[index]):
+                        hits.add(key_patterns[index + 1])
+        for term, keys in held:
+            for key in keys:
+                terms = view.terms(key[0])
+                if term in terms:
+                    self._post(view, key, terms)
+        if hits and self._atom_keys:
+            atom_keys = self._atom_keys
+            for atom_id in atom_keys.keys() & hits:
+                self._post(view, atom_keys[atom_id], frozenset())
         found = list(self._always)
-        if not posted:
-            return found
         checks = self._checks
-        check_atoms = self._check_atoms
-        memo: dict[int, bool] = {}
-        for slot in posted:
+        atoms = self._atoms
+        for slot in view.posted:
             clauses = checks.get(slot)
             if clauses is not None:
                 for clause in clauses:
-                    for atom in clause:
-                        held = memo.get(atom)
-                        if held is None:
-                            held = memo[atom] = _atom_holds(doc, check_atoms[atom])
-                        if held:
+                    for atom_id in clause:
+                        if atom_id in hits:
+                            break
+                        if atom_id >= _PATTERN_ATOMS:
+                            if view.pattern_holds(atom_id):
+                                break
+                            continue
+                        # Other atoms than terms and patterns are all among the hits.
+                        atom = atoms[atom_id]
+                        if atom is not None and atom[0] == "term" and atom[2] in view.terms(
+                            atom[1]
+                        ):
                             break
                     else:
                         break
@@ -480,87 +604,139 @@ class IndexedSegment(Segment):
             found.append(slot)
         return found
 
-    def _post_partner_hits(self, doc: AnalyzedDocument, posted: set[int]) -> None:
-        """Add the queries posted under a document term and a partner the document holds.
+    def _sealed_key(self, key: list[Any]) -> tuple[Any, ...]:
+        """Key postings as read once sealed, slots as tuples: ``(field, slots alone, partner
+        terms of the field, {other field: {partner term: slots}}, ((partner atom id, slots,
+        field, literal), ...))``. The field's few partner terms are a tuple of ``(term,
+        slots)`` pairs, contiguous to scan, many a dict to intersect; a partner pattern that
+        its only literal decides carries its field and that literal with spaces for frames
+        (see :meth:`AnalyzedDocument.spaced_terms`), other partners None twice; empty parts
+        are None."""
+        field_name, alone, same, other_fields, others = key
+        patterns = self.patterns
+        described = []
+        for atom_id, slots in others.items():
+            literal = None
+            if atom_id >= _PATTERN_ATOMS:
+                decisive = patterns.decisive[atom_id & _PATTERN_ID_MASK]
+                if isinstance(decisive, str):
+                    literal = decisive
+            where = patterns.field_of(atom_id) if literal is not None else None
+            described.append((atom_id, tuple(slots), where, literal))
+        return (
+            field_name,
+            tuple(alone) or None,
+            (tuple((t, tuple(s)) for t, s in same.items()) if len(same) <= _SMALL_PARTNERS
+             else {t: tuple(s) for t, s in same.items()}) or None,
+            {
+                partner_field: {t: tuple(s) for t, s in partners.items()}
+                for partner_field, partners in other_fields.items()
+            } or None,
+            tuple(described) or None,
+        )
 
-        The partners are those of the document's terms, found by one intersection of all its
-        distinct terms with the indexed ones, then checked per field. A pair partner is a term
-        of the same field; a mixed partner an atom of another clause.
-        A term's few partners are probed one by one (a substring search for a literal, cheaper
-        than scanning the document for every literal of the segment); many are intersected
-        with the document's terms, or with all the atoms it satisfies, found once.
-        """
-        held: dict[int, bool] = {}
-        every: set[int] | None = None
-        probe = _probe_terms(doc, self._by_term)
-        if not probe:
+    def _post(self, view: _DocumentView, key: Any, present: frozenset[str]) -> None:
+        """Add to the view's posted queries those of a key the document holds whose partner
+        it holds too; ``present`` are its terms in the key's field, where most partners are."""
+        field_name, alone, same, other_fields, others = key
+        posted = view.posted
+        if alone:
+            posted.update(alone)
+        if same:
+            if type(same) is dict:
+                if self.sealed:
+                    present = view.partnered(field_name, present)
+                for term in same.keys() & present:
+                    posted.update(same[term])
+            else:
+                for term, slots in same:
+                    if term in present:
+                        posted.update(slots)
+        if other_fields:
+            for field_name, partners in other_fields.items():
+                for term in partners.keys() & view.terms(field_name):
+                    posted.update(partners[term])
+        if not others:
             return
-        field_terms: dict[str, frozenset[str]] = {}
-        if not self.sealed:
-            for term in self._term_fields.keys() & probe:
-                for field_name, (pairs, mixed) in self._term_fields[term].items():
-                    terms = field_terms.get(field_name)
-                    if terms is None:
-                        terms = field_terms[field_name] = doc.terms(field_name)
-                    if term in terms:
-                        if pairs is not None:
-                            _partners_present(pairs, terms, posted)
-                        if mixed is None:
-                            continue
-                        if len(mixed) > _SMALL_PARTNERS:
-                            if every is None:
-                                every = self.hits(doc)
-                            _partners_present(mixed, every, posted)
-                            continue
-                        for atom_id, slots in mixed.items():
-                            holds = held.get(atom_id)
-                            if holds is None:
-                                holds = held[atom_id] = _atom_holds(doc, self._atoms[atom_id])
-                            if holds:
-                                posted.update(slots)
+        hits = view.hits
+        if type(others) is dict:
+            # Open: every atom the document holds is among the hits.
+            for atom_id in others.keys() & hits:
+                posted.update(others[atom_id])
             return
-        flat = self._flat
-        for term in flat.keys() & probe:
-            for field_name, pairs, mixed in flat[term]:
-                terms = field_terms.get(field_name)
-                if terms is None:
-                    terms = field_terms[field_name] = doc.terms(field_name)
-                if term not in terms:
-                    continue
-                if pairs is not None:
-                    if type(pairs) is tuple:
-                        for partner, slots in zip(*pairs, strict=True):
-                            if partner in terms:
-                                posted.update(slots)
-                    else:
-                        _partners_present(pairs, terms, posted)
-                if mixed is None:
-                    continue
-                if type(mixed) is tuple:
-                    for (atom_id, atom), slots in zip(*mixed, strict=True):
-                        holds = held.get(atom_id)
-                        if holds is None:
-                            holds = held[atom_id] = _atom_holds(doc, atom)
-                        if holds:
-                            posted.update(slots)
-                else:
-                    if every is None:
-                        every = self.hits(doc)
-                    _partners_present(mixed, every, posted)
+        for atom_id, slots, field_name, literal in others:
+            if atom_id in hits:
+                posted.update(slots)
+            elif literal is not None:
+                # A pattern its only literal decides: one substring search.
+                spaced = view.doc.spaced_terms(field_name)
+                if spaced is not None:
+                    if literal in spaced:
+                        posted.update(slots)
+                elif view.pattern_holds(atom_id):
+                    posted.update(slots)
+            elif atom_id >= _PATTERN_ATOMS and view.pattern_holds(atom_id):
+                posted.update(slots)
+
+
+class _DocumentView:
+    """One document as one segment reads it: the atoms found up front (``hits``), the queries
+    posted so far, and, looked up once each, its terms per field and the pattern atoms that
+    are no key."""
+
+    __slots__ = ("doc", "segment", "hits", "posted", "_terms", "_partnered", "_tested")
+
+    def __init__(self, doc: AnalyzedDocument, segment: IndexedSegment) -> None:
+        self.doc = doc
+        self.segment = segment
+        self.hits: set[int] = set()
+        self.posted: set[int] = set()
+        self._terms: dict[str, frozenset[str]] = {}
+        self._partnered: dict[str, frozenset[str]] = {}
+        self._tested: dict[int, bool] = {}
+
+    def terms(self, field_name: str) -> frozenset[str]:
+        """The document's terms in ``field_name``."""
+        terms = self._terms.get(field_name)
+        if terms is None:
+            terms = self._terms[field_name] = self.doc.terms(field_name)
+        return terms
+
+    def partnered(self, field_name: str, present: frozenset[str]) -> frozenset[str]:
+        """Of the terms ``present`` in ``field_name``, those some key of the field with many
+        partners has among them: fewer probes of cold dicts as the segment grows."""
+        terms = self._partnered.get(field_name)
+        if terms is None:
+            terms = self._partnered[field_name] = (
+                self.segment.partnered.get(field_name, frozenset()) & present
+            )
+        return terms
+
+    def pattern_holds(self, atom_id: int) -> bool:
+        """Whether a pattern atom missing from the hits holds (only once sealed: while open
+        every pattern atom that holds is among them)."""
+        segment = self.segment
+        if not segment.sealed:
+            return False
+        held = self._tested.get(atom_id)
+        if held is None:
+            held = self._tested[atom_id] = segment.patterns.holds(self.doc, atom_id)
+        return held
 
 
 class IndexedPresearcher(Presearcher):
-    """Indexes query requirements: terms, substring literals, intervals and field presence.
+    """Indexes query requirements: terms, term patterns, intervals and field presence.
 
     Parameters
     ----------
     selectivity
-        Estimates used to choose the clause each query is posted under; pass a
+        Estimates used to choose the clauses each query is posted under; pass a
         :class:`Selectivity` with term frequencies from a sample of the stream for the best
         anchors.
     """
 
     name = "indexed"
+    decides = True
 
     def __init__(self, selectivity: Selectivity | None = None) -> None:
         self.selectivity = selectivity or DEFAULT_SELECTIVITY

@@ -6,7 +6,7 @@ import pytest
 from percolator_support import SCHEMA
 
 from percolator import Schema, Selectivity, compile_query, extract
-from percolator.extract import MAX_CLAUSES
+from percolator.extract import MAX_CLAUSES, term_filter
 from query_lang import parse_search
 
 
@@ -33,15 +33,64 @@ def test_default_field_terms_cover_text_and_keyword_spellings():
     assert clauses("Café") == [[("term", "*", "Café"), ("term", "*", "cafe")]]
 
 
-def test_patterns_yield_framed_literals():
-    assert clauses("title:Merg*") == [[("literal", "title", "\x1emerg")]]
-    assert clauses("title:*rger") == [[("literal", "title", "rger\x1e")]]
-    assert clauses("title:ac?e*corp") == [[("literal", "title", "\x1eac")],
-                                          [("literal", "title", "corp\x1e")]]
+def test_patterns_yield_one_atom_tested_term_by_term():
+    assert clauses("title:Merg*") == [[("pattern", "title", "text", "prefix", "Merg")]]
+    assert clauses("title:*rger") == [[("pattern", "title", "text", "wildcard", "*rger")]]
+    assert clauses("title:ac?e*corp") == [
+        [("pattern", "title", "text", "wildcard", "ac?e*corp")]
+    ]
     assert clauses("title:/acme/") == [[("term", "title", "acme")]]
+    assert clauses("title:ACME") == [[("term", "title", "acme")]]
     # Too short to filter on, or no literal at all: the field must still be present.
     assert clauses("title:a*") == [[("exists", "title")]]
     assert clauses("title:/[a-z]+/") == [[("exists", "title")]]
+
+
+def test_term_filters_test_globs_and_only_the_literals_of_regexes():
+    prefix = term_filter("text", "prefix", "Merg")
+    assert prefix.literals == ("\x1emerg",)
+    assert [bool(prefix.test(t)) for t in ["merger", "emerge"]] == [True, False]
+    # The literals "\x1eac" and "corp\x1e" must both fall in one term, in that order.
+    wildcard = term_filter("text", "wildcard", "ac?e*corp")
+    assert [bool(wildcard.test(t)) for t in ["acmeincorp", "acme", "corpac"]] == [
+        True, False, False]
+    # A regex keeps its literals of MIN_LITERAL characters or more; the evaluator runs it.
+    regex = term_filter("text", "regex", "lay(off)?s?")
+    assert regex.literals == ("\x1elay",)
+    assert [regex.test(t) for t in ["layoffs", "layx", "player"]] == [True, True, False]
+    assert term_filter("keyword", "prefix", "Merg").literals == ("\x1eMerg",)
+
+
+def exact(text: str, schema: Schema = SCHEMA) -> bool:
+    return extract(compile_query(parse_search(text), schema)).exact
+
+
+@pytest.mark.parametrize("text", [
+    "title:acme", "source:Reuters", "views:1500", "title:acme AND body:merger",
+    "title:(acme OR corp) AND body:layoff*", "title:m?rger*", "views:[10 TO 20]",
+    "views <= 3", "ts >= 2020-01-01", "_exists_:tags", "tags:news", 'title:"acme"',
+])
+def test_exact_requirements_decide_the_query(text):
+    assert exact(text)
+
+
+@pytest.mark.parametrize("text", [
+    'title:"acme corp"', "title:acme AND NOT body:x", "title:/acme/", "title:/ac.e/",
+    "views:[10 TO 20}", "views > 3", "views <= 9007199254740993",
+    "source:[a TO m]", "title:a*", "title:/[a-z]+/",
+    " OR ".join(f"(title:a{i} AND title:b{i} AND title:c{i})" for i in range(6)),
+])
+def test_inexact_requirements_leave_the_decision_to_the_evaluator(text):
+    assert not exact(text)
+
+
+def test_fields_of_two_possible_kinds_are_never_exact():
+    # Default fields of text and keyword kinds share one term set.
+    assert not exact("acme")
+    assert not exact("acme", Schema.of({"title": "text"}))
+    assert exact("acme", Schema.of({"title": "text"}, default_fields=["title"]))
+    assert exact("acme", Schema())
+    assert not exact("note:acme*", Schema.of({}, dynamic="text"))
 
 
 def test_ranges_become_intervals_and_string_ranges_presence():

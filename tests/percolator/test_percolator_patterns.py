@@ -1,0 +1,145 @@
+"""Pattern atoms (prefixes, wildcards, regexes) as the indexed presearcher decides them: term by
+term through its automaton once sealed, by a substring search when the pattern's only literal
+decides it, and by testing the field otherwise. Each way must agree with evaluating the atom
+directly on the document."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from percolator_support import SCHEMA, VARIANTS, WORDS, baseline, documents, outcome
+
+from percolator import AnalyzedDocument, IndexedPresearcher, Percolator, Schema
+from percolator import presearcher as presearcher_module
+from percolator.evaluate import TERM_EDGE
+from percolator.extract import term_filter
+from percolator.presearcher import _atom_holds, _decisive_literal, _PatternTable
+from query_lang import parse_search
+from query_lang.ast import SearchAnd, SearchPrefix, SearchRegex, SearchTerm, SearchWildcard
+
+FIELDS = ["title", "body", "source", "tags", "note", "*"]
+
+
+@st.composite
+def pattern_atoms(draw) -> tuple:
+    form = draw(st.sampled_from(["prefix", "wildcard", "regex"]))
+    word = draw(st.sampled_from(WORDS + ["wire", "Reuters", "x y"]))
+    if form == "prefix":
+        source = word[: draw(st.integers(1, len(word)))]
+    elif form == "wildcard":
+        chars = list(word)
+        for _ in range(draw(st.integers(1, 2))):
+            chars[draw(st.integers(0, len(chars) - 1))] = draw(st.sampled_from("?*"))
+        source = "".join(chars) + draw(st.sampled_from(["", "*"]))
+    else:
+        source = draw(st.sampled_from(["ac.e", "layoffs?", "mer(ger)?", "ab+", "z[e]ta", "caf."]))
+    kind = draw(st.sampled_from(["text", "keyword"]))
+    return ("pattern", draw(st.sampled_from(FIELDS)), kind, form, source)
+
+
+def _usable(atom: tuple) -> bool:
+    # Patterns without a literal long enough become field-presence atoms, never patterns.
+    return bool(term_filter(*atom[2:]).literals)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(pattern_atoms(), min_size=1, max_size=6), documents, st.booleans())
+def test_pattern_atoms_agree_with_direct_evaluation(atoms, document, as_keys):
+    atoms = [a for a in atoms if _usable(a)]
+    table = _PatternTable()
+    ids = [table.atom(atom) for atom in atoms]
+    table.seal(ids if as_keys else ())
+    doc = AnalyzedDocument(document, SCHEMA)
+    for atom, atom_id in zip(atoms, ids, strict=True):
+        expected = _atom_holds(doc, atom)
+        assert table.holds(doc, atom_id) == expected, atom
+        if as_keys:
+            # Term by term: the atom holds when some term of its field passes its pattern.
+            field_name = atom[1]
+            passed = {
+                located[i + 1]
+                for term in (doc.terms(field_name) if doc.has(field_name) else ())
+                for located in [table.passes(term)]
+                for i in range(0, len(located), 2)
+                if located[i] == field_name
+            }
+            assert (atom_id in passed) == expected, atom
+
+
+@pytest.mark.parametrize(("form", "source", "literal"), [
+    ("prefix", "Layoff", " layoff"),
+    ("wildcard", "*rger", "rger "),
+    ("wildcard", "*qux*", "qux"),
+    ("wildcard", "la*offs", False),
+    ("wildcard", "m?rger", False),
+    ("regex", "acme.*", False),
+    ("prefix", "x y", None),
+])
+def test_only_a_lone_literal_with_stars_decides_a_pattern(form, source, literal):
+    assert _decisive_literal("text", form, source) == literal
+
+
+_ASCII = st.lists(st.sampled_from(["ab", "ba", "abc", "c", "a_b", "1", " ", " ", ".", "-"]),
+                  max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ASCII, _ASCII, st.sampled_from(["ab", "ba", "b", "c", "a_b", "bc", "1"]),
+       st.booleans(), st.booleans())
+def test_spaced_terms_hold_a_literal_exactly_when_the_framed_terms_do(
+    title, body, core, start, end
+):
+    literal = (TERM_EDGE if start else "") + core + (TERM_EDGE if end else "")
+    schema = Schema.of({"title": "text", "body": "text"}, default_fields=["title", "body"])
+    doc = AnalyzedDocument({"title": title, "body": body}, schema)
+    spaced = literal.replace(TERM_EDGE, " ")
+    for name in ["title", "body", "*"]:
+        if not doc.has(name):
+            continue
+        assert doc.frameable(name)
+        assert (spaced in doc.spaced_terms(name)) == (literal in doc.joined_terms(name))
+
+
+def test_spaced_terms_only_for_plain_text_values():
+    schema = Schema.of({"title": "text", "tags": "text", "source": "string"})
+    doc = AnalyzedDocument({"title": "Café crème", "tags": ["a", "b"], "source": "x"}, schema)
+    assert doc.spaced_terms("title") is None
+    assert doc.spaced_terms("tags") is None
+    assert doc.spaced_terms("source") is None
+    framed = AnalyzedDocument({"source": "a\x1eb"}, schema)
+    assert not framed.frameable("source") and framed.frameable("title")
+
+
+def test_learned_terms_are_forgotten_past_the_memory(monkeypatch):
+    # Wildcards alone are posted under their pattern atoms, found term by term and remembered;
+    # a small memory is emptied and refilled without changing a match.
+    monkeypatch.setattr(presearcher_module, "_TERM_MEMORY", 3)
+    standing = [(f"w{i}", SearchWildcard("title", pattern))
+                for i, pattern in enumerate(["m?rger*", "*yoff*", "acm?", "z*a", "ca?e"])]
+    standing.append(("both", parse_search("title:(acme AND *rger)")))
+    docs = [{"id": str(i), "title": " ".join(WORDS[i:i + 4]) + f" filler{i}"}
+            for i in range(len(WORDS))]
+    percolator = Percolator(SCHEMA, IndexedPresearcher())
+    percolator.add_many((name, query, ()) for name, query in standing)
+    [sealed] = percolator.index._sealed
+    assert sealed.segment.patterns.automaton is not None
+    for _ in range(2):
+        assert outcome(percolator, docs) == outcome(baseline(standing), docs)
+    assert len(sealed.segment._known) <= 3 + 8  # the memory, plus one document's terms
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(pattern_atoms(), min_size=1, max_size=5), st.lists(documents, max_size=4))
+def test_pattern_queries_with_partners_agree_with_the_baseline(atoms, document_list):
+    # Each pattern alone (posted under its atom, a key) and AND a term (its atom a partner,
+    # tested when a document holds the term).
+    node = {"prefix": SearchPrefix, "wildcard": SearchWildcard, "regex": SearchRegex}
+    standing = []
+    for i, (_, field_name, _, form, source) in enumerate(atoms):
+        pattern = node[form](None if field_name == "*" else field_name, source)
+        standing.append((f"p{i}", pattern))
+        standing.append((f"t{i}", SearchAnd((SearchTerm("title", "acme"), pattern))))
+    expected = outcome(baseline(standing), document_list)
+    for variant in ("indexed-bulk", "indexed-open-delta"):
+        assert outcome(VARIANTS[variant](standing), document_list) == expected
