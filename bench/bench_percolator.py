@@ -231,16 +231,24 @@ class QueryGenerator:
         useful = self.vocabulary
         field = self._field()
         shape = rng.random()
-        if shape < 0.55:
+        if shape < 0.45:
             return SearchAnd(tuple(
                 SearchTerm(field, t) for t in rng.sample(useful, rng.choice([2, 2, 3, 4]))
             ))
-        if shape < 0.75:
+        if shape < 0.60:
             return SearchPhrase(field, " ".join(rng.sample(useful, 2)))
-        if shape < 0.90:
+        if shape < 0.75:
             word = rng.choice(useful)
             return SearchAnd((SearchPrefix(field, word[: max(4, len(word) - 2)]),
                               SearchTerm(field, rng.choice(useful))))
+        if shape < 0.85:
+            picked = rng.sample(useful, 4)
+            group = SearchOr(tuple(SearchTerm(field, t) for t in picked[:3]))
+            return SearchAnd((group, SearchTerm(field, picked[3])))
+        if shape < 0.90:
+            keep, also, drop = rng.sample(useful, 3)
+            return SearchAnd((SearchTerm(field, keep), SearchTerm(field, also),
+                              SearchNot(SearchTerm(field, drop))))
         low = rng.choice([0, 10, 100, 1000, 10000])
         return SearchAnd((SearchTerm(field, rng.choice(useful)),
                           SearchRange("size", low, low * 10 or 50)))
@@ -398,8 +406,9 @@ WORKLOAD_TEXT = {
     ),
     "needle": (
         "Needle queries: distinctive words drawn independently (monitoring many unrelated "
-        "names, so few queries match any document): 2-4 term conjunctions (55%), 2-word "
-        "phrases (20%), a prefix AND a term (15%), a term AND a size range (10%)."
+        "names, so few queries match any document): 2-4 term conjunctions (45%), 2-word "
+        "phrases (15%), a prefix AND a term (15%), an OR group of three AND a term (10%), "
+        "two terms AND NOT a term (5%), a term AND a size range (10%)."
     ),
 }
 
