@@ -244,11 +244,21 @@ class BucketedDetector(StatefulProcessor):
             frames, filtered = _unpacked(payloads, _engine_watermark(watermark))
         else:
             frames = _named(rows, self._columns)
+        engine_watermark = _engine_watermark(watermark)
         run = process_bucket(
-            processor, bucket, frames, layout, _engine_watermark(watermark), filtered=filtered
+            processor, bucket, frames, layout, engine_watermark, filtered=filtered
         )
+        records = run.records
+        due = bucket.registered_ms
+        if due is not None and due <= watermark and engine_watermark < END_OF_INPUT:
+            # The bucket's timer expires in this batch, and Spark handles expired timers after
+            # the input rows: wake the due keys now, while the bucket is loaded, and drop the
+            # timer, so the timer phase does not load and store the bucket a second time.
+            records.extend(fire_due_keys(processor, bucket, engine_watermark))
+            self._handle.deleteTimer(due)
+            bucket.registered_ms = None
         self._save(bucket, watermark, was_empty)
-        yield from _records_out(run.records)
+        yield from _records_out(records)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo

@@ -253,3 +253,87 @@ def test_bucketed_detector_under_tws_tester_fires_absence_from_a_timer():
     fired = tester.setWatermark(BASE_MS + WITHIN + 200)
     assert [(r.name, json.loads(r.key)) for r in fired.itertuples()] == [("no_b", {"k": "y"})]
     assert tester.peekValueState("bucket", 3) is None
+
+
+class _FakeHandle:
+    """The parts of ``StatefulProcessorHandle`` the bucketed detector uses, for one group."""
+
+    class _Value:
+        def __init__(self) -> None:
+            self.value: tuple | None = None
+
+        def get(self):
+            return self.value
+
+        def update(self, value) -> None:
+            self.value = value
+
+        def clear(self) -> None:
+            self.value = None
+
+    def __init__(self) -> None:
+        self.state = self._Value()
+        self.timers: set[int] = set()
+
+    def getValueState(self, name, schema):
+        return self.state
+
+    def registerTimer(self, at: int) -> None:
+        self.timers.add(at)
+
+    def deleteTimer(self, at: int) -> None:
+        self.timers.discard(at)
+
+
+class _Now:
+    def __init__(self, watermark_ms: int) -> None:
+        self.watermark_ms = watermark_ms
+
+    def getCurrentWatermarkInMs(self) -> int:
+        return self.watermark_ms
+
+
+def test_a_bucket_with_input_wakes_its_due_keys_itself_and_drops_its_timer():
+    # Spark handles expired timers after the batch's input rows. A bucket that has input in a
+    # batch where its timer expires wakes the due keys in that call and deletes the timer, so
+    # the timer phase does not load and store the bucket again: same outputs, one call less.
+    from spark_udf import BucketedDetector
+    from spark_udf.batch import END_WATERMARK_MS
+
+    columns = [*LAYOUT.event_columns, TIME_COLUMN, "_vigil_k0", "_vigil_bucket"]
+
+    def packed(events):
+        rows = _frame(events)
+        rows["_vigil_k0"] = rows["k"]
+        rows["_vigil_bucket"] = 3
+        (blob,) = pack_batches([pa.RecordBatch.from_pandas(rows, preserve_index=False)],
+                               "_vigil_bucket")
+        return [blob.to_pandas()]
+
+    detector = BucketedDetector(PairProcessor(WITHIN), LAYOUT, columns)
+    handle = _FakeHandle()
+    detector.init(handle)
+    first = [{"stream": "ev", "k": "x", "ts": BASE_MS, "kind": "a", "_seq": 0}]
+    out = list(detector.handleInputRows((3,), iter(packed(first)), _Now(BASE_MS - 1)))
+    assert out == []
+    assert BucketState.from_bytes(handle.state.get()[0]).registered_ms == BASE_MS
+    assert handle.timers == {BASE_MS, END_WATERMARK_MS}
+
+    # x's window has closed by this batch's watermark; y arrives in the same bucket.
+    second = [{"stream": "ev", "k": "y", "ts": BASE_MS + WITHIN + 500, "kind": "a", "_seq": 1}]
+    watermark = BASE_MS + WITHIN + 60
+    (frame,) = detector.handleInputRows((3,), iter(packed(second)), _Now(watermark))
+    assert [(r.name, json.loads(r.key)) for r in frame.itertuples()] == [("no_b", {"k": "x"})]
+    # No timer left at or below the watermark: the timer phase has nothing to do here.
+    assert all(t > watermark for t in handle.timers)
+    stored = BucketState.from_bytes(handle.state.get()[0])
+    assert set(stored.keys) == {'["y"]'} and stored.registered_ms in handle.timers
+
+    # The same batches through TwsTester, where the timer fires on its own, report the same.
+    from pyspark.sql.streaming import TwsTester
+
+    tester = TwsTester(BucketedDetector(PairProcessor(WITHIN), LAYOUT, columns),
+                       timeMode="EventTime", eventTimeExtractor=lambda row: 2**62)
+    assert tester.testInPandas(3, packed(first)[0]).empty
+    fired = tester.setWatermark(watermark)
+    assert [(r.name, json.loads(r.key)) for r in fired.itertuples()] == [("no_b", {"k": "x"})]
