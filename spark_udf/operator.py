@@ -234,6 +234,7 @@ class BucketedDetector(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
+        engine_watermark = _engine_watermark(watermark)
         bucket = self._load()
         was_empty = not bucket.keys
         processor, layout = self._owner(key)
@@ -241,10 +242,9 @@ class BucketedDetector(StatefulProcessor):
         if self._packed:
             # The blob is the last column whatever name Spark's row regrouping gave it.
             payloads = [p for frame in rows for p in frame.iloc[:, -1].tolist()]
-            frames, filtered = _unpacked(payloads, _engine_watermark(watermark))
+            frames, filtered = _unpacked(payloads, engine_watermark)
         else:
             frames = _named(rows, self._columns)
-        engine_watermark = _engine_watermark(watermark)
         run = process_bucket(
             processor, bucket, frames, layout, engine_watermark, filtered=filtered
         )
