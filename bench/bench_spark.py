@@ -21,6 +21,7 @@ from typing import Any
 from cep.keyed import ProcessResult
 from spark_udf import BatchSink, read_outputs, session
 from spark_udf.operator import detect_plan
+from spark_udf.routing import DEFAULT_BUCKETS
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs, route_specs
 from spark_udf.run import lines_read
 from spark_udf.sources import EVENT_COLUMN, SOURCE_TYPES, read_jsonl
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="100k events")
     parser.add_argument("--batch", type=int, default=250_000, help="events per micro-batch")
-    parser.add_argument("--buckets", type=int, default=64)
+    parser.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS)
     parser.add_argument("--naive-events", type=int, default=None,
                         help="events for the per-key layout (default: same as --events)")
     parser.add_argument("--layouts", default="fused,bucketed,per_key",

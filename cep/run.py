@@ -107,6 +107,11 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="Spark checkpoint (default OUT/_checkpoint); rerun with it to continue",
     )
     parser.add_argument(
+        "--buckets", type=int, default=None, metavar="N",
+        help="--engine spark: hash buckets of the partition keys (default 16; fixed for the "
+        "life of a checkpoint)",
+    )
+    parser.add_argument(
         "--outbox", metavar="PATH",
         help="deliver alerts: matches whose rule has `notify` go to this durable outbox "
         "(SQLite) before they are written, and are sent to their webhooks",
@@ -291,6 +296,7 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
             master=args.master, checkpoint=args.checkpoint, on_matches=on_matches,
             stream=inputs[0].stream, spark=_spark_session(args.master, log_path),
             on_progress=_spark_progress,
+            **({} if args.buckets is None else {"buckets": args.buckets}),
         )
         failed = False
     finally:

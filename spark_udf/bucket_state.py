@@ -22,8 +22,9 @@ NO_TIME = -(2**63)
 _MAGIC = b"VGBK"
 # Version 2: JSON rows are bucketed by a hash of their key computed in Python
 # (spark_udf.routing), so a version-1 checkpoint's keys would sit in other buckets.
-_FORMAT_VERSION = 2
-_HEADER = struct.Struct("<4sBqI")
+# Version 3: the header records the number of buckets the keys were hashed into.
+_FORMAT_VERSION = 3
+_HEADER = struct.Struct("<4sBqII")
 _ENTRY = struct.Struct("<IIq")
 _NO_STATE = 0xFFFFFFFF
 
@@ -55,10 +56,14 @@ class BucketState:
     registered_ms:
         The event-time timer currently registered with Spark for the bucket (the earliest
         ``due_ms``), or ``None``.
+    buckets:
+        How many buckets per processor the keys were hashed into (``None``: not recorded). A
+        key's bucket depends on it, so a checkpoint only continues with the same count.
     """
 
     keys: dict[str, KeySlot] = field(default_factory=dict)
     registered_ms: int | None = None
+    buckets: int | None = None
 
     def earliest_due(self) -> int | None:
         """The smallest ``due_ms`` over the bucket's keys."""
@@ -73,16 +78,19 @@ class BucketState:
             self.keys[key] = KeySlot(state, due_ms)
 
     def to_bytes(self) -> bytes:
-        """Serialise: magic, format version, registered timer, then one entry per key.
+        """Serialise: magic, format version, registered timer, bucket count, then one entry
+        per key.
 
         Examples
         --------
-        >>> b = BucketState({'["c1"]': KeySlot(b"s", 10)}, registered_ms=10)
-        >>> BucketState.from_bytes(b.to_bytes()) == b
+        >>> b = BucketState({'["c1"]': KeySlot(b"s", 10)}, registered_ms=10, buckets=16)
+        >>> BucketState.from_bytes(b.to_bytes(), buckets=16) == b
         True
         """
         registered = NO_TIME if self.registered_ms is None else self.registered_ms
-        parts = [_HEADER.pack(_MAGIC, _FORMAT_VERSION, registered, len(self.keys))]
+        parts = [_HEADER.pack(
+            _MAGIC, _FORMAT_VERSION, registered, self.buckets or 0, len(self.keys)
+        )]
         for key, slot in self.keys.items():
             encoded = key.encode("utf-8")
             state = slot.state
@@ -94,19 +102,23 @@ class BucketState:
         return b"".join(parts)
 
     @classmethod
-    def from_bytes(cls, data: bytes | None) -> BucketState:
+    def from_bytes(cls, data: bytes | None, buckets: int | None = None) -> BucketState:
         """Inverse of :meth:`to_bytes`; ``None`` or empty bytes give an empty bucket.
+
+        ``buckets`` is the query's number of buckets per processor: the stored bucket must
+        have been hashed with the same (the result records it either way).
 
         Raises
         ------
         BucketStateError
-            When the bytes are truncated, have trailing garbage or an unknown magic/version.
+            When the bytes are truncated, have trailing garbage or an unknown magic/version, or
+            were written with another number of buckets.
         """
         if not data:
-            return cls()
+            return cls(buckets=buckets)
         view = memoryview(data)
         try:
-            magic, version, registered, count = _HEADER.unpack_from(view, 0)
+            magic, version, registered, stored_buckets, count = _HEADER.unpack_from(view, 0)
         except struct.error:
             raise BucketStateError(f"bucket state too short ({len(data)} bytes)") from None
         if magic != _MAGIC:
@@ -116,6 +128,12 @@ class BucketState:
                 f"bucket state format version {version} is not supported "
                 f"(expected {_FORMAT_VERSION}); the checkpoint was written by another version "
                 "of Vigil, start from a new checkpoint directory"
+            )
+        if buckets is not None and stored_buckets and stored_buckets != buckets:
+            raise BucketStateError(
+                f"the checkpoint's state was hashed into {stored_buckets} buckets per processor, "
+                f"this query uses {buckets}: run it with buckets={stored_buckets} "
+                f"(vigil run --buckets {stored_buckets}) or start from a new checkpoint directory"
             )
         offset = _HEADER.size
         keys: dict[str, KeySlot] = {}
@@ -144,4 +162,6 @@ class BucketState:
             raise BucketStateError(
                 f"bucket state has {len(data) - offset} unexpected trailing bytes"
             )
-        return cls(keys, None if registered == NO_TIME else registered)
+        return cls(
+            keys, None if registered == NO_TIME else registered, stored_buckets or buckets
+        )

@@ -45,6 +45,7 @@ from spark_udf.errors import OperatorConfigError
 from spark_udf.packing import PACKED_SCHEMA, pack_batches, unpack_tables
 from spark_udf.records import OUTPUT_COLUMNS, key_text, match_record, records_frame
 from spark_udf.routing import (
+    DEFAULT_BUCKETS,
     MAX_TIME_COLUMN,
     NEED_COLUMN,
     NEED_NO,
@@ -181,12 +182,14 @@ class BucketedDetector(StatefulProcessor):
         *,
         packed: bool = True,
         plan: RoutePlan | None = None,
+        buckets: int | None = None,
     ) -> None:
         self._source = source
         self._layout = layout
         self._columns = tuple(columns)
         self._packed = packed
         self._plan = plan
+        self._buckets = plan.buckets if plan is not None else buckets
 
     @classmethod
     def for_plan(cls, plan: RoutePlan, columns: Sequence[str]) -> BucketedDetector:
@@ -211,7 +214,7 @@ class BucketedDetector(StatefulProcessor):
 
     def _load(self) -> BucketState:
         stored = self._state.get()
-        return BucketState.from_bytes(stored[0] if stored else None)
+        return BucketState.from_bytes(stored[0] if stored else None, self._buckets)
 
     def _save(self, bucket: BucketState, watermark_ms: int, was_empty: bool) -> None:
         if bucket.registered_ms is not None and bucket.registered_ms <= watermark_ms:
@@ -350,11 +353,14 @@ class DetectPlan:
         The string columns (``_vigil_k0``...) that carry the partition key for Spark's grouping.
     lateness_ms:
         Watermark delay: the watermark is the largest event time seen minus this.
+    buckets:
+        Number of hash buckets of the keys.
     """
 
     layout: EventLayout
     key_columns: tuple[str, ...]
     lateness_ms: int
+    buckets: int
 
 
 def _column_types(df: DataFrame) -> dict[str, T.DataType]:
@@ -574,7 +580,9 @@ def _prepare(
         event_columns=tuple(event_columns), json_column=json_col, int_columns=ints,
         default_stream=stream,
     )
-    return prepared, DetectPlan(layout=layout, key_columns=key_names, lateness_ms=lateness_ms)
+    return prepared, DetectPlan(
+        layout=layout, key_columns=key_names, lateness_ms=lateness_ms, buckets=buckets
+    )
 
 
 def detect(
@@ -585,7 +593,7 @@ def detect(
     time_col: str | Mapping[str, str],
     lateness: int | str | Any,
     time_unit: str | Mapping[str, str] = "ms",
-    buckets: int = 64,
+    buckets: int = DEFAULT_BUCKETS,
     layout: str = "bucketed",
     stream: str | None = None,
     json_col: str | None = None,
@@ -613,8 +621,10 @@ def detect(
         Bounded out-of-orderness (``"30s"``, ms as int): the watermark is the largest event
         time seen minus this; rows behind it are ``late`` dead letters.
     buckets:
-        Number of hash buckets (``pmod(xxhash64(key), buckets)``): Spark calls Python once per
-        bucket and micro-batch. Fixed for the life of a checkpoint.
+        Number of hash buckets of the key: Spark calls Python once per bucket and micro-batch,
+        so a few per core of the cluster (the default suits up to 8 cores; see
+        ``docs/spark.md``). Fixed for the life of a checkpoint: a restart with another count
+        stops with an error naming the checkpoint's.
     layout:
         ``bucketed`` (default) or ``per_key`` (one call per key; the slow baseline).
     stream:
@@ -762,7 +772,9 @@ def _detect_streaming(
             lambda batches: pack_batches(batches, BUCKET_COLUMN), PACKED_SCHEMA
         )
         grouped = packed.groupBy(BUCKET_COLUMN)
-        stateful: StatefulProcessor = BucketedDetector(source, plan.layout, columns)
+        stateful: StatefulProcessor = BucketedDetector(
+            source, plan.layout, columns, buckets=plan.buckets
+        )
     else:
         grouped = watermarked.groupBy(*plan.key_columns)
         stateful = PerKeyDetector(source, plan.layout, watermarked.columns)

@@ -19,7 +19,7 @@ from percolator.evaluate import field_predicate
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
 from spark_udf.operator import detect, detect_plan, json_route, routed_layout
-from spark_udf.routing import RoutePlan
+from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan
 
 __all__ = ["ProcessorSpec", "detect_specs", "processor_specs", "route_specs"]
 
@@ -136,7 +136,7 @@ def route_specs(
     *,
     json_col: str | None = "_event",
     stream: str | None = None,
-    buckets: int = 64,
+    buckets: int = DEFAULT_BUCKETS,
 ) -> RoutePlan | None:
     """One :class:`~spark_udf.routing.RoutePlan` for every spec over a frame with these columns
     (name -> Spark type), or ``None`` when some spec's stream, key or time is not in the JSON
@@ -160,7 +160,7 @@ def detect_specs(
     *,
     json_col: str | None = "_event",
     stream: str | None = None,
-    buckets: int = 64,
+    buckets: int = DEFAULT_BUCKETS,
     layout: str = "bucketed",
 ) -> DataFrame:
     """:func:`spark_udf.detect` for every spec over the same events, outputs unioned. A

@@ -19,6 +19,7 @@ from typing import Any
 from spark_udf.errors import OperatorConfigError, SparkOperatorError
 from spark_udf.operator import detect_plan
 from spark_udf.queries import query_names, query_outputs
+from spark_udf.routing import DEFAULT_BUCKETS
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs, route_specs
 from spark_udf.session import session
 from spark_udf.sinks import BatchSink, MatchHook
@@ -111,7 +112,7 @@ def run_spark(
     available_now: bool = True,
     trigger_interval: str = "1 second",
     max_records_per_batch: int = 100_000,
-    buckets: int = 64,
+    buckets: int = DEFAULT_BUCKETS,
     fmt: str = "jsonl",
     on_matches: MatchHook | None = None,
     stream: str | None = None,
@@ -310,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--max-records-per-batch", type=int, default=100_000)
-    parser.add_argument("--buckets", type=int, default=64)
+    parser.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS)
     parser.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
     parser.add_argument("--follow", action="store_true",
                         help="keep polling for new input until Ctrl-C")

@@ -106,6 +106,23 @@ def test_event_time_absence_from_timers_and_late_rows_to_dead_letters(spark, tmp
     assert [p["numInputRows"] for p in progress] == [2, 2]
 
 
+def test_a_restart_with_another_bucket_count_stops_naming_the_checkpoints(spark, tmp_path):
+    events = random_events(5, 120)
+    src = tmp_path / "src"
+    split_into_files(str(src), events[:60], cuts=[30])
+    _stream(spark, src, tmp_path, "buckets", buckets=4)
+    write_jsonl(str(src / "events-0009.jsonl"), events[60:], 9)
+    # Another count would hash keys into other buckets and lose their state: refused.
+    with pytest.raises(Exception, match="hashed into 4 buckets per processor, this query uses 8"):
+        _stream(spark, src, tmp_path, "buckets", buckets=8)
+    # The checkpoint's own count continues where the first run stopped.
+    sink, _ = _stream(spark, src, tmp_path, "buckets", buckets=4)
+    final_wm = max(e["ts"] for e in events) - LATENESS_MS
+    expected = ids(reference_outputs(PairProcessor(WITHIN_MS), events, final_wm))
+    first = read_outputs(str(tmp_path / "buckets-out"))
+    assert ids(first) == expected and sum(expected.values()) > 5
+
+
 def test_bad_arguments_name_what_is_wrong(spark):
     frame = spark.createDataFrame([("ev", "k1", 5, "a", 0)], EVENT_SCHEMA)
     ok = {"key_cols": ["k"], "time_col": "ts", "lateness": "1s"}

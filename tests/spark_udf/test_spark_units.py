@@ -65,6 +65,20 @@ def test_bucket_state_round_trips_and_forgets_empty_keys():
     assert BucketState.from_bytes(None) == BucketState() == BucketState.from_bytes(b"")
 
 
+def test_bucket_state_records_its_bucket_count_and_refuses_another():
+    data = BucketState({'["a"]': KeySlot(b"s", None)}, None, buckets=16).to_bytes()
+    assert BucketState.from_bytes(data, buckets=16).buckets == 16
+    assert BucketState.from_bytes(data).buckets == 16
+    assert BucketState.from_bytes(None, buckets=8) == BucketState(buckets=8)
+    with pytest.raises(BucketStateError, match=r"hashed into 16 buckets .* uses 64: run it "
+                       r"with buckets=16 \(vigil run --buckets 16\) or start from a new"):
+        BucketState.from_bytes(data, buckets=64)
+    # Written before the count was recorded (format 2): refused, not misread.
+    old = b"VGBK\x02" + data[5:13] + data[17:]
+    with pytest.raises(BucketStateError, match="format version 2 is not supported"):
+        BucketState.from_bytes(old, buckets=16)
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
