@@ -646,7 +646,7 @@ class IndexedSegment(Segment):
             if type(same) is dict:
                 if self.sealed:
                     present = view.partnered(field_name, present)
-                for term in same.keys() & present:
+                for term in _common(same, present):
                     posted.update(same[term])
             else:
                 for term, slots in same:
@@ -654,7 +654,7 @@ class IndexedSegment(Segment):
                         posted.update(slots)
         if other_fields:
             for field_name, partners in other_fields.items():
-                for term in partners.keys() & view.terms(field_name):
+                for term in _common(partners, view.terms(field_name)):
                     posted.update(partners[term])
         if not others:
             return
@@ -677,6 +677,14 @@ class IndexedSegment(Segment):
                     posted.update(slots)
             elif atom_id >= _PATTERN_ATOMS and view.pattern_holds(atom_id):
                 posted.update(slots)
+
+
+def _common(mapping: dict[str, Any], terms: frozenset[str]) -> Iterable[str]:
+    """The keys of ``mapping`` among ``terms``, probing from the smaller side (``keys() &
+    frozenset`` alone always walks the frozenset)."""
+    if len(mapping) < len(terms):
+        return terms.intersection(mapping)
+    return mapping.keys() & terms
 
 
 class _DocumentView:

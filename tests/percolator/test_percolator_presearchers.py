@@ -162,6 +162,8 @@ def test_terms_with_many_partners_agree_with_the_baseline(variant_name):
         {"id": "hit", "title": "Acme w3 w4x w7xyz w11 merger", "views": 6},
         {"id": "one", "title": "acme w4", "views": 100},
         {"id": "none", "title": "w1 w2x"},
+        # more terms than the key has partners: probed from the partners' side
+        {"id": "long", "title": "acme w5 " + " ".join(f"filler{i}" for i in range(20))},
     ]
     expected = outcome(baseline(standing), documents)
     assert outcome(VARIANTS[variant_name](standing), documents) == expected
@@ -169,5 +171,6 @@ def test_terms_with_many_partners_agree_with_the_baseline(variant_name):
         ["pair_w3", "pair_w11", "prefix_w4", "prefix_w7"] + [f"range_{i}" for i in range(1, 7)]
     )
     stats = VARIANTS[variant_name](standing).match_batch(documents).stats
-    assert stats.candidates_per_doc == (len(expected[0]), 1, 0)
+    assert stats.candidates_per_doc == (len(expected[0]), 1, 0, 1)
     assert [name for name, _ in expected[1]] == ["pair_w4"]
+    assert [name for name, _ in expected[3]] == ["pair_w5"]
