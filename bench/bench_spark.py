@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="100k events")
-    parser.add_argument("--batch", type=int, default=250_000, help="events per micro-batch")
+    parser.add_argument("--batch", type=int, default=150_000, help="events per micro-batch")
     parser.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS)
     parser.add_argument("--naive-events", type=int, default=None,
                         help="events for the per-key layout (default: same as --events)")
