@@ -107,7 +107,7 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="Spark checkpoint (default OUT/_checkpoint); rerun with it to continue",
     )
     parser.add_argument(
-        "--buckets", type=int, default=None, metavar="N",
+        "--buckets", type=_positive_int, default=None, metavar="N",
         help="--engine spark: hash buckets of the partition keys (default 16; fixed for the "
         "life of a checkpoint)",
     )
@@ -133,6 +133,16 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.set_defaults(handler=run)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
 
 
 def parse_event_specs(specs: Sequence[str], streams: Sequence[str]) -> list[EventInput]:

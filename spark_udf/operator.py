@@ -55,6 +55,7 @@ from spark_udf.routing import (
     ProcessorSource,
     RoutePlan,
     StreamRoute,
+    check_buckets,
     resolve_processor,
     route_plan_batches,
 )
@@ -645,8 +646,7 @@ def detect(
     """
     if layout not in LAYOUTS:
         raise OperatorConfigError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
-        raise OperatorConfigError(f"buckets must be a positive int, got {buckets!r}")
+    check_buckets(buckets)
     lateness_ms = parse_lateness(lateness)
     route = json_route(df.columns, json_col, key_cols, time_col, time_unit, stream, buckets)
     if df.isStreaming and layout == "bucketed" and route is not None:

@@ -27,6 +27,7 @@ from pyarrow import json as pa_json
 from cep.events import STREAM_FIELD, BadEventError, parse_timestamp, time_column_ms
 from cep.keyed import KeyedProcessor
 from spark_udf.batch import BUCKET_COLUMN, END_MARK_MS, END_MARK_STREAM, TIME_COLUMN
+from spark_udf.errors import OperatorConfigError
 from spark_udf.packing import PACKED_COLUMN, ipc_bytes
 from spark_udf.relevance import ARROW_TYPES, json_fields, needed_from_parsed
 
@@ -41,6 +42,7 @@ __all__ = [
     "JsonRoute",
     "RoutePlan",
     "StreamRoute",
+    "check_buckets",
     "resolve_processor",
     "route_batches",
     "route_plan_batches",
@@ -75,6 +77,12 @@ def resolve_processor(source: ProcessorSource) -> KeyedProcessor:
     if hasattr(source, "process") and hasattr(source, "key_of"):
         return source  # type: ignore[return-value]
     return source()  # type: ignore[operator]
+
+
+def check_buckets(buckets: Any) -> None:
+    """Raise :class:`OperatorConfigError` unless ``buckets`` is a positive int."""
+    if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
+        raise OperatorConfigError(f"buckets must be a positive int, got {buckets!r}")
 
 
 @dataclass(frozen=True)
@@ -372,6 +380,9 @@ class RoutePlan:
     entries: tuple[tuple[JsonRoute, ProcessorSource, Any], ...]
     buckets: int
     lateness_ms: int
+
+    def __post_init__(self) -> None:
+        check_buckets(self.buckets)
 
     def owner(self, group: int) -> int:
         """Index of the processor that owns ``group``."""

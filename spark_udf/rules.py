@@ -19,7 +19,7 @@ from percolator.evaluate import field_predicate
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
 from spark_udf.operator import detect, detect_plan, json_route, routed_layout
-from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan
+from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan, check_buckets
 
 __all__ = ["ProcessorSpec", "detect_specs", "processor_specs", "route_specs"]
 
@@ -141,6 +141,7 @@ def route_specs(
     """One :class:`~spark_udf.routing.RoutePlan` for every spec over a frame with these columns
     (name -> Spark type), or ``None`` when some spec's stream, key or time is not in the JSON
     text column (those run through :func:`spark_udf.detect`'s Spark expressions)."""
+    check_buckets(buckets)
     if json_col is None or json_col not in columns or not specs:
         return None
     entries = []

@@ -192,6 +192,13 @@ def test_run_exit_code_2_on_usage_errors(fraud, capsys, events_arg, message) -> 
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_run_rejects_a_bucket_count_that_is_not_positive(fraud, capsys, value) -> None:
+    _, rules, events = fraud
+    assert main(["run", str(rules), "--events", str(events), "--buckets", value]) == 2
+    assert f"--buckets: must be a positive integer, got '{value}'" in capsys.readouterr().err
+
+
 def test_run_exit_code_2_on_missing_rule_file(tmp_path, capsys) -> None:
     assert main(["run", str(tmp_path / "none.vigil"), "--events", "-"]) == 2
     assert "no such file" in capsys.readouterr().err

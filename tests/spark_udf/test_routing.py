@@ -9,6 +9,7 @@ import json
 import random
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spark_support import ids
@@ -25,6 +26,7 @@ from spark_udf.batch import (
     process_bucket,
 )
 from spark_udf.bucket_state import BucketState
+from spark_udf.errors import OperatorConfigError
 from spark_udf.operator import _unpacked, json_route, reference_outputs
 from spark_udf.packing import unpack_tables
 from spark_udf.relevance import needed_rows
@@ -34,6 +36,7 @@ from spark_udf.routing import (
     NEED_NO,
     NEED_YES,
     JsonRoute,
+    RoutePlan,
     StreamRoute,
     route_batches,
 )
@@ -298,3 +301,9 @@ def test_a_source_with_a_route_plan_hands_over_routed_rows(tmp_path):
     (part,) = reader.partitions(end, mark)
     marks = [row for batch in reader.read(part) for row in batch.to_pylist()]
     assert [r[MAX_TIME_COLUMN] for r in marks] == [END_MARK_MS, END_MARK_MS]
+
+
+@pytest.mark.parametrize("buckets", [0, -1, 2.0, True])
+def test_a_route_plan_needs_a_positive_int_bucket_count(buckets):
+    with pytest.raises(OperatorConfigError, match="buckets must be a positive int"):
+        RoutePlan((), buckets, 0)

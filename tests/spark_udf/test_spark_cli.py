@@ -84,7 +84,8 @@ def test_vigil_run_prints_spark_matches_to_stdout_by_default(tmp_path, capsys):
     events.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
     assert main(["run", str(rules), "--events", str(events), "--engine", "embedded"]) == 0
     local = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    code = main(["run", str(rules), "--events", str(events), "--master", "local[2]"])
+    code = main(["run", str(rules), "--events", str(events), "--master", "local[2]",
+                 "--buckets", "4"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     printed = [json.loads(line) for line in captured.out.splitlines()]
