@@ -11,7 +11,6 @@ import os
 import shutil
 import sys
 import threading
-from types import SimpleNamespace
 
 from query_lang import check_program
 
@@ -85,18 +84,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         matches_out = os.path.join(
             args.out, "matches" if args.engine == "spark" else "matches.jsonl"
         )
-        run_args = SimpleNamespace(
-            files=paths, events=[args.events], engine=args.engine,
-            out=matches_out,
-            dead_letter=os.path.join(
+        from cep.run import configure_parser, run
+
+        # Parsed by `vigil run`'s own parser, so every option it has gets its default.
+        run_parser = configure_parser(argparse.ArgumentParser(prog="vigil").add_subparsers())
+        run_args = run_parser.parse_args([
+            *paths, "--events", args.events, "--engine", args.engine, "--out", matches_out,
+            "--dead-letter", os.path.join(
                 args.out, "dead_letters" if args.engine == "spark" else "dead_letters.jsonl"
             ),
-            max_partials=None, progress=True,
-            outbox=os.path.join(args.out, "outbox.sqlite"), delivery_deadline=30.0,
-            master="local[*]", checkpoint=os.path.join(args.out, "checkpoint"),
-        )
-        from cep.run import run
-
+            "--progress", "--outbox", os.path.join(args.out, "outbox.sqlite"),
+            "--delivery-deadline", "30", "--master", "local[*]",
+            "--checkpoint", os.path.join(args.out, "checkpoint"),
+        ])
         code = run(run_args)
     _summary_table(matches_out, received, receiver.rejected)
     return code
