@@ -275,37 +275,53 @@ class _Router:
         self, table: pa.Table
     ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
         n = table.num_rows
-        streams = table.column(STREAM_FIELD).to_pandas()
-        if self.route.default_stream is not None:
-            streams = streams.fillna(self.route.default_stream)
+        stream_column = table.column(STREAM_FIELD)
+        if stream_column.null_count == n:
+            # No row names its stream (the common case of a one-stream input): no per-row
+            # comparison of stream names.
+            end = np.zeros(n, dtype=bool)
+            if None in self.route.streams:
+                routes = [(None, None)]
+            elif self.route.default_stream in self.route.streams:
+                routes = [(self.route.default_stream, None)]
+            else:
+                routes = []
+        else:
+            streams = stream_column.to_pandas()
+            if self.route.default_stream is not None:
+                streams = streams.fillna(self.route.default_stream)
+            end = (streams == END_MARK_STREAM).to_numpy()
+            routes = ([(None, np.ones(n, dtype=bool))] if None in self.route.streams else
+                      [(s, (streams == s).to_numpy()) for s in self.route.streams])
         times = np.full(n, np.nan)
         keys: list[str | None] = [None] * n
-        routes = ([(None, np.ones(n, dtype=bool))] if None in self.route.streams else
-                  [(s, (streams == s).to_numpy()) for s in self.route.streams])
         for stream, mask in routes:
-            rows = np.flatnonzero(mask)
+            # mask None: every row
+            rows = np.arange(n) if mask is None else np.flatnonzero(mask)
             if not len(rows):
                 continue
             sroute = self.route.streams[stream]
-            part = table.take(pa.array(rows))
+            part = table if len(rows) == n else table.take(pa.array(rows))
             column = part.column(sroute.time_field).to_pandas()
             times[rows] = time_column_ms(column, sroute.time_field, sroute.unit_ms)
             texts_by_field = [
                 _texts_of(part.column(name).combine_chunks(), self.fields[name])  # type: ignore[index]
                 for name in sroute.key_fields
             ]
-            for row, text in zip(rows.tolist(), _joined(texts_by_field, len(rows)),
-                                 strict=True):
-                keys[row] = text
-        end = (streams == END_MARK_STREAM).to_numpy()
+            joined = _joined(texts_by_field, len(rows))
+            if len(rows) == n:
+                keys = list(joined)
+            else:
+                for row, text in zip(rows.tolist(), joined, strict=True):
+                    keys[row] = text
         times[end] = END_MARK_MS
         need = np.full(n, NEED_UNKNOWN, dtype=np.int8)
         timed = ~np.isnan(times) & ~end
         if self.relevance is not None and timed.any():
             rows = np.flatnonzero(timed)
             needed = needed_from_parsed(
-                self.processor, table.take(pa.array(rows)), times[rows].astype(np.int64),
-                self.route.default_stream,
+                self.processor, table if len(rows) == n else table.take(pa.array(rows)),
+                times[rows].astype(np.int64), self.route.default_stream,
             )
             if needed is not None:
                 # Rows without a usable time stay undecided: the processor reports them.
