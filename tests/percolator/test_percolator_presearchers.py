@@ -174,3 +174,27 @@ def test_terms_with_many_partners_agree_with_the_baseline(variant_name):
     assert stats.candidates_per_doc == (len(expected[0]), 1, 0, 1)
     assert [name for name, _ in expected[1]] == ["pair_w4"]
     assert [name for name, _ in expected[3]] == ["pair_w5"]
+
+
+@pytest.mark.parametrize("variant_name", FILTERING)
+def test_prefix_partners_agree_with_the_baseline_in_ascii_and_accented_text(variant_name):
+    # A prefix partner is one substring search in a field's space-joined ASCII terms; accented
+    # text has no such form, so there the prefix is tested on the terms themselves.
+    standing = [(f"p_{w}", parse_search(f"title:(acme AND {w}*)"))
+                for w in ["cafet", "caf", "resume", "resumes", "naive", "nai", "zzzz"]]
+    standing += [(f"b_{w}", parse_search(f"body:{w}* AND title:acme"))
+                 for w in ["cafet", "naiv"]]
+    documents = [
+        {"id": "ascii", "title": "Acme cafeteria resumes", "body": "naive cafeteria"},
+        {"id": "accented", "title": "Acme Cafétéria résumés", "body": "naïve"},
+        {"id": "short", "title": "acme caf nai zzz", "body": "caf"},
+        {"id": "no-key", "title": "cafeteria resumes naive", "body": "cafeteria"},
+    ]
+    expected = outcome(baseline(standing), documents)
+    assert outcome(VARIANTS[variant_name](standing), documents) == expected
+    assert [[name for name, _ in found] for found in expected] == [
+        ["b_cafet", "b_naiv", "p_caf", "p_cafet", "p_resume", "p_resumes"],
+        ["b_naiv", "p_caf", "p_cafet", "p_resume", "p_resumes"],
+        ["p_caf", "p_nai"],
+        [],
+    ]
