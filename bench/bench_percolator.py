@@ -225,8 +225,10 @@ class QueryGenerator:
 
     def needle_query(self) -> SearchNode:
         """A query of distinctive words drawn independently of each other: what monitoring
-        for many unrelated names looks like. Such queries rarely match, so the matches per
-        document stay few however many queries there are."""
+        for many unrelated names looks like. Conjunctions of such words rarely match; a single
+        word AND a size range (10% of the queries) matches as often as its word does, so these
+        give most of the matches, and their number per document grows with the queries (about
+        0.1 at 10,000 queries, 1 at 100,000, 10 at 1,000,000)."""
         rng = self.rng
         useful = self.vocabulary
         field = self._field()
@@ -406,9 +408,11 @@ WORKLOAD_TEXT = {
     ),
     "needle": (
         "Needle queries: distinctive words drawn independently (monitoring many unrelated "
-        "names, so few queries match any document): 2-4 term conjunctions (45%), 2-word "
-        "phrases (15%), a prefix AND a term (15%), an OR group of three AND a term (10%), "
-        "two terms AND NOT a term (5%), a term AND a size range (10%)."
+        "names): 2-4 term conjunctions (45%), 2-word phrases (15%), a prefix AND a term "
+        "(15%), an OR group of three AND a term (10%), two terms AND NOT a term (5%), a term "
+        "AND a size range (10%). The conjunctions of independent words rarely match; a term "
+        "AND a size range matches as often as its term, and these give about 90% of the "
+        "matches (at 100,000 queries: 0.94 of 1.0 matches per document)."
     ),
 }
 
