@@ -227,8 +227,8 @@ class QueryGenerator:
         """A query of distinctive words drawn independently of each other: what monitoring
         for many unrelated names looks like. Conjunctions of such words rarely match; a single
         word AND a size range (10% of the queries) matches as often as its word does, so these
-        give most of the matches, and their number per document grows with the queries (about
-        0.1 at 10,000 queries, 1 at 100,000, 10 at 1,000,000)."""
+        give most of the matches. Matches per document grow with the number of queries: about
+        0.1 at 10,000 queries, 1 at 100,000, 10 at 1,000,000."""
         rng = self.rng
         useful = self.vocabulary
         field = self._field()
