@@ -126,7 +126,8 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--dead-letter", metavar="PATH", help="write unusable events here as JSON lines"
     )
     parser.add_argument(
-        "--max-partials", type=int, metavar="N", help="cap on partial matches per rule and key"
+        "--max-partials", type=_positive_int, metavar="N",
+        help="cap on partial matches per rule and key",
     )
     parser.add_argument(
         "--progress", action="store_true", help="show progress even when stderr is not a TTY"
@@ -187,9 +188,6 @@ def run(args: argparse.Namespace) -> int:
         paths = expand_rule_paths(args.files)
     except UsageError as err:
         print(f"vigil run: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.max_partials is not None and args.max_partials < 1:
-        print("vigil run: --max-partials must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     program, errors = check_program(paths)
     if errors:

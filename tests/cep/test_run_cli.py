@@ -207,6 +207,7 @@ def test_run_exit_code_2_on_missing_rule_file(tmp_path, capsys) -> None:
 def test_run_max_partials_is_passed_to_the_engine(fraud, capsys) -> None:
     _, rules, events = fraud
     assert main(["run", str(rules), "--events", str(events), "--max-partials", "0"]) == 2
+    assert "--max-partials: must be a positive integer, got '0'" in capsys.readouterr().err
     assert main(["run", str(rules), "--events", str(events), "--max-partials", "1",
                  "--engine", "embedded"]) == 0
     out = capsys.readouterr()
