@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -411,6 +411,25 @@ class AnalyzedDocument:
                 if self.schema.is_default_field(name, vals)
             )
         return self._default_fields
+
+    def terms_in(self, names: Collection[str]) -> frozenset[str]:
+        """The distinct terms this document holds in any of the fields ``names``.
+
+        The default fields' terms are all in :data:`DEFAULT_FIELD`'s, so when it is among
+        ``names`` only the other non-default fields add to it.
+        """
+        if DEFAULT_FIELD in names:
+            found = self.terms(DEFAULT_FIELD)
+            defaults = self.default_fields()
+            others = [f for f in names if f != DEFAULT_FIELD and f not in defaults]
+        else:
+            found = frozenset()
+            others = list(names)
+        for name in others:
+            terms = self.terms(name)
+            if terms:
+                found = found | terms
+        return found
 
     def kind(self, name: str) -> str:
         """``text`` or ``keyword``: how field ``name`` is analysed in this document."""

@@ -11,14 +11,14 @@ numeric/time intervals in sorted arrays.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import ahocorasick
 import numpy as np
 
-from percolator.analysis import DEFAULT_FIELD, AnalyzedDocument
+from percolator.analysis import AnalyzedDocument
+from percolator.columnar import ColumnarPostings
 from percolator.errors import ConfigurationError
 from percolator.evaluate import TERM_EDGE, CompiledQuery, TermPattern, wildcard_segments
 from percolator.extract import (
@@ -30,6 +30,7 @@ from percolator.extract import (
     extract,
     term_filter,
 )
+from percolator.intervals import IntervalTable
 
 __all__ = [
     "IndexedPresearcher",
@@ -40,6 +41,12 @@ __all__ = [
     "Segment",
 ]
 
+
+#: Segments sealed with at least this many queries keep their postings as flat arrays
+#: (:class:`~percolator.columnar.ColumnarPostings`). On the benchmark's queries
+#: (docs/benchmarks.md) both mixes select candidates faster that way at 1M queries; at 100k
+#: needle queries do not, whose few keys per document the Python postings reach from cache.
+COLUMNAR_THRESHOLD = 200_000
 
 #: A query is posted under atom pairs only when its two clauses give at most this many pairs.
 MAX_PAIRS = 16
@@ -120,48 +127,6 @@ class NoFilterPresearcher(Presearcher):
 
     def new_segment(self) -> Segment:
         return NoFilterSegment()
-
-
-#: Interval tables up to this size are stabbed by a Python scan; larger ones through numpy.
-_FEW_INTERVALS = 32
-
-#: Beyond this magnitude an integer may not survive conversion to a float, so it is compared
-#: with the bounds in Python, exactly, as the evaluator does.
-_EXACT_FLOAT = 2**53
-
-
-class _IntervalTable:
-    """Intervals of one (kind, field), inclusive, open ends as infinities, sorted by low end."""
-
-    __slots__ = ("pending", "highs", "atoms", "low_list")
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[float, float, int]] = []
-        self.highs: np.ndarray | None = None
-        self.atoms: np.ndarray | None = None
-        self.low_list: list[float] = []
-
-    def seal(self) -> None:
-        self.pending.sort()
-        if len(self.pending) <= _FEW_INTERVALS:
-            return
-        self.low_list = [low for low, _, _ in self.pending]
-        self.highs = np.array([high for _, high, _ in self.pending], dtype=np.float64)
-        self.atoms = np.array([atom for _, _, atom in self.pending], dtype=np.int64)
-
-    def stab(self, value: float, hits: set[int]) -> None:
-        """Add the atoms of the intervals holding ``value`` to ``hits``."""
-        if self.atoms is None or (
-            type(value) is int and not -_EXACT_FLOAT <= value <= _EXACT_FLOAT
-        ):
-            # Python compares an int with a float bound exactly, whatever its size.
-            hits.update(a for low, high, a in self.pending if low <= value <= high)
-            return
-        assert self.highs is not None
-        value = float(value)
-        count = bisect_right(self.low_list, value)
-        if count:
-            hits.update(self.atoms[:count][self.highs[:count] >= value].tolist())
 
 
 #: Distinct document terms a sealed segment remembers before it starts afresh.
@@ -318,26 +283,6 @@ def _decisive_literal(kind: str, form: str, source: str) -> str | bool | None:
     return literal.replace(TERM_EDGE, " ")
 
 
-def _probe_terms(doc: AnalyzedDocument, fields: Iterable[str]) -> frozenset[str]:
-    """The distinct terms ``doc`` holds in any of ``fields``.
-
-    The default fields' terms are all in :data:`DEFAULT_FIELD`'s, so when it is among
-    ``fields`` only the other non-default fields add to it.
-    """
-    if DEFAULT_FIELD in fields:
-        probe = doc.terms(DEFAULT_FIELD)
-        defaults = doc.default_fields()
-        others = [f for f in fields if f != DEFAULT_FIELD and f not in defaults]
-    else:
-        probe = frozenset()
-        others = list(fields)
-    for field_name in others:
-        terms = doc.terms(field_name)
-        if terms:
-            probe = probe | terms
-    return probe
-
-
 def _atom_holds(doc: AnalyzedDocument, atom: Atom) -> bool:
     """Whether ``atom`` holds for ``doc``, evaluated directly (the reference for the index)."""
     kind, field_name = atom[0], atom[1]
@@ -388,14 +333,21 @@ class IndexedSegment(Segment):
     it holds.
     """
 
-    def __init__(self, selectivity: Selectivity = DEFAULT_SELECTIVITY) -> None:
+    def __init__(
+        self,
+        selectivity: Selectivity = DEFAULT_SELECTIVITY,
+        columnar_threshold: int | None = None,
+    ) -> None:
         super().__init__()
         self._selectivity = selectivity
+        self._columnar_threshold = columnar_threshold
+        # Sealed with at least columnar_threshold queries: the postings as flat arrays.
+        self._columnar: ColumnarPostings | None = None
         self._atom_ids: dict[Atom, int] = {}
         # Non-pattern atom id -> the atom, to evaluate the terms left to check.
         self._atoms: list[Atom | None] = []
         self.patterns = _PatternTable()
-        self._intervals: dict[tuple[str, str], _IntervalTable] = {}
+        self._intervals: dict[tuple[str, str], IntervalTable] = {}
         self._exists: dict[str, int] = {}
         self._always: list[int] = []
         # term -> field -> key postings of the term atom; other atom id -> its key postings.
@@ -429,7 +381,7 @@ class IndexedSegment(Segment):
         if kind in ("number", "time"):
             low = -np.inf if atom[2] is None else atom[2]
             high = np.inf if atom[3] is None else atom[3]
-            table = self._intervals.setdefault((kind, atom[1]), _IntervalTable())
+            table = self._intervals.setdefault((kind, atom[1]), IntervalTable())
             table.pending.append((low, high, atom_id))
         elif kind == "exists":
             self._exists[atom[1]] = atom_id
@@ -491,6 +443,10 @@ class IndexedSegment(Segment):
             self._checks[slot] = tuple(tuple(map(self._atom_id, c)) for c in rest)
 
     def seal(self) -> None:
+        threshold = self._columnar_threshold
+        if threshold is not None and self.size >= threshold:
+            self._seal_columnar()
+            return
         self.patterns.seal(self._atom_keys)
         for table in self._intervals.values():
             table.seal()
@@ -514,6 +470,43 @@ class IndexedSegment(Segment):
         self._atom_ids = {}
         super().seal()
 
+    def _seal_columnar(self) -> None:
+        """Seal into :class:`ColumnarPostings`, dropping the postings as Python objects."""
+        offsets = self.patterns.offsets
+        fields = {offset: field_name for field_name, offset in offsets.items()}
+        sources = {pattern_id: key for key, pattern_id in self.patterns.pattern_ids.items()}
+        atoms = self._atoms
+
+        def atom_of(atom_id: int) -> Atom:
+            if atom_id >= _PATTERN_ATOMS:
+                field_name = fields[atom_id & ~_PATTERN_ID_MASK]
+                return ("pattern", field_name, *sources[atom_id & _PATTERN_ID_MASK])
+            atom = atoms[atom_id]
+            assert atom is not None
+            return atom
+
+        def postings() -> Iterator[tuple[Atom, Atom | None, int]]:
+            for term, by_field in self._term_keys.items():
+                for field_name, key in by_field.items():
+                    yield from _key_postings(("term", field_name, term), key, atom_of)
+            for atom_id, key in self._atom_keys.items():
+                yield from _key_postings(atom_of(atom_id), key, atom_of)
+
+        checks = {
+            slot: [[atom_of(atom_id) for atom_id in clause] for clause in clauses]
+            for slot, clauses in self._checks.items()
+        }
+        self._columnar = ColumnarPostings(postings(), checks)
+        self._term_keys = {}
+        self._atom_keys = {}
+        self._checks = {}
+        self._atoms = []
+        self._atom_ids = {}
+        self._intervals = {}
+        self._exists = {}
+        self.patterns = _PatternTable()
+        super().seal()
+
     def _learn(self, terms: Iterable[str]) -> None:
         """Fill in what the segment knows of terms first seen."""
         known = self._known
@@ -525,6 +518,9 @@ class IndexedSegment(Segment):
             known[term] = (keys, key_patterns) if keys or key_patterns else _NOTHING
 
     def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
+        if self._columnar is not None:
+            found = self._columnar.candidates(doc)
+            return found + self._always if self._always else found
         view = _DocumentView(doc, self)
         hits = view.hits
         for (kind, field_name), intervals in self._intervals.items():
@@ -536,7 +532,7 @@ class IndexedSegment(Segment):
         for field_name, atom_id in self._exists.items():
             if doc.has(field_name):
                 hits.add(atom_id)
-        probe = _probe_terms(doc, self._probe_fields)
+        probe = doc.terms_in(self._probe_fields)
         held: list[tuple[str, Any]] = []
         if not self.sealed:
             self.patterns.hits(doc, hits)
@@ -679,6 +675,28 @@ class IndexedSegment(Segment):
                 posted.update(slots)
 
 
+def _key_postings(
+    atom: Atom, key: list[Any], atom_of: Callable[[int], Atom]
+) -> Iterator[tuple[Atom, Atom | None, int]]:
+    """The ``(key atom, partner atom, slot)`` postings of an open segment's key postings."""
+    field_name, alone, same, other_fields, others = key
+    for slot in alone:
+        yield atom, None, slot
+    for term, slots in same.items():
+        partner = ("term", field_name, term)
+        for slot in slots:
+            yield atom, partner, slot
+    for other_field, partners in other_fields.items():
+        for term, slots in partners.items():
+            partner = ("term", other_field, term)
+            for slot in slots:
+                yield atom, partner, slot
+    for atom_id, slots in others.items():
+        partner = atom_of(atom_id)
+        for slot in slots:
+            yield atom, partner, slot
+
+
 def _common(mapping: dict[str, Any], terms: frozenset[str]) -> Iterable[str]:
     """The keys of ``mapping`` among ``terms``, probing from the smaller side (``keys() &
     frozenset`` alone always walks the frozenset)."""
@@ -741,16 +759,30 @@ class IndexedPresearcher(Presearcher):
         Estimates used to choose the clauses each query is posted under; pass a
         :class:`Selectivity` with term frequencies from a sample of the stream for the best
         anchors.
+    columnar_threshold
+        Segments sealed with at least this many queries keep their postings as flat arrays
+        (:class:`~percolator.columnar.ColumnarPostings`); None keeps every segment's postings
+        as Python objects.
     """
 
     name = "indexed"
     decides = True
 
-    def __init__(self, selectivity: Selectivity | None = None) -> None:
+    def __init__(
+        self,
+        selectivity: Selectivity | None = None,
+        *,
+        columnar_threshold: int | None = COLUMNAR_THRESHOLD,
+    ) -> None:
+        if columnar_threshold is not None and columnar_threshold < 1:
+            raise ConfigurationError(
+                f"columnar_threshold must be at least 1 or None, not {columnar_threshold}"
+            )
         self.selectivity = selectivity or DEFAULT_SELECTIVITY
+        self.columnar_threshold = columnar_threshold
 
     def requirement(self, query: CompiledQuery) -> Requirement:
         return extract(query, self.selectivity)
 
     def new_segment(self) -> Segment:
-        return IndexedSegment(self.selectivity)
+        return IndexedSegment(self.selectivity, self.columnar_threshold)

@@ -95,10 +95,23 @@ def test_pattern_queries_stay_indexed(variant_name):
         assert stats.matched == expected, title
 
 
-def test_conjunction_needs_every_clause_to_be_a_candidate():
-    percolator = VARIANTS["indexed-bulk"]([("q", parse_search("title:(acme AND merger)"))])
-    assert percolator.match_batch([{"title": "acme"}]).stats.verified == 0
-    assert percolator.match_batch([{"title": "acme merger"}]).stats.verified == 1
+@pytest.mark.parametrize("variant_name", FILTERING)
+def test_conjunction_needs_every_clause_to_be_a_candidate(variant_name):
+    percolator = VARIANTS[variant_name]([
+        ("q", parse_search("title:(acme AND merger)")),
+        # Posted under two of its clauses; the other two are checked on the posted query.
+        ("q3", parse_search("title:(acme AND merger AND (zeta OR news) AND caf*)")),
+        ("filler", parse_search("body:abbb")),
+    ])
+
+    def verified(title: str) -> int:
+        return percolator.match_batch([{"title": title}]).stats.verified
+
+    assert verified("acme") == 0
+    assert verified("acme merger") == 1
+    assert verified("acme merger zeta") == 1
+    assert verified("acme merger café") == 1
+    assert verified("acme merger news cafés") == 2
 
 
 def test_negation_only_query_is_always_run_and_counted():

@@ -1,0 +1,294 @@
+"""Flat postings of a large sealed segment: candidate selection in a few array operations.
+
+Kept as Python objects (dicts of keys, tuples of partner terms and of slots), the postings of a
+segment of a million queries spread every key a document holds over a chain of objects across
+gigabytes of heap, and candidate selection spends most of its time waiting for memory. Here
+every atom of the segment has a dense id. A document is first turned into the ids of the atoms
+it holds: its terms looked up per field (with the term patterns each term passes, remembered
+per term), its values stabbed into interval tables, its fields' presence. The queries posted
+under those atoms then come out of three contiguous arrays (each key's postings, each
+posting's partner atom, each posting's query slot): a posting survives when the document holds
+its partner too, and the clauses its posting leaves unchecked are tested on the survivors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
+from operator import itemgetter
+
+import ahocorasick
+import numpy as np
+
+from percolator.analysis import AnalyzedDocument
+from percolator.evaluate import TERM_EDGE, TermPattern
+from percolator.extract import Atom, term_filter
+from percolator.intervals import IntervalTable
+
+__all__ = ["ColumnarPostings"]
+
+#: Distinct terms per field whose pattern atoms are remembered beyond the terms of the segment's
+#: own term atoms, before the memory starts afresh.
+_TERM_MEMORY = 1 << 17
+
+_NONE: tuple[int, ...] = ()
+
+#: From this many atoms held by a document on, its postings are gathered in array operations
+#: (a fixed cost of some microseconds) rather than one at a time (``few_hits`` of an instance).
+FEW_HITS = 64
+
+
+class _FieldAtoms:
+    """The term and pattern atoms of one field: per term, the dense ids of the atoms it makes
+    hold when a document has it in the field.
+
+    The segment's own terms are known from the start; with pattern atoms, other terms are
+    tested the first time a document holds them (an Aho-Corasick automaton of the patterns'
+    longest literals finds the few worth testing) and remembered.
+    """
+
+    __slots__ = ("known", "base", "seen", "patterns", "automaton", "unprobed")
+
+    def __init__(self) -> None:
+        # term -> ids, only for terms some atom holds for; seen: every term examined.
+        self.known: dict[str, tuple[int, ...]] = {}
+        self.base: dict[str, tuple[int, ...]] = {}
+        self.seen: set[str] = set()
+        # (test, dense id) of each pattern atom; the automaton maps probes to their indexes,
+        # and patterns without a probe literal are tested on every term.
+        self.patterns: list[tuple[TermPattern, int]] = []
+        self.automaton: ahocorasick.Automaton | None = None
+        self.unprobed: list[int] = []
+
+    def seal(self) -> None:
+        probes: dict[str, list[int]] = {}
+        for index, (pattern, _) in enumerate(self.patterns):
+            if pattern.probe is None:
+                self.unprobed.append(index)
+            else:
+                probes.setdefault(pattern.probe, []).append(index)
+        if probes:
+            automaton = ahocorasick.Automaton()
+            for probe, indexes in probes.items():
+                automaton.add_word(probe, tuple(indexes))
+            automaton.make_automaton()
+            self.automaton = automaton
+        self.base = {term: ids + self.passing(term) for term, ids in self.known.items()}
+        self.known = dict(self.base)
+        self.seen = set(self.base)
+
+    def passing(self, term: str) -> tuple[int, ...]:
+        """Dense ids of the pattern atoms ``term`` passes."""
+        if not self.patterns:
+            return _NONE
+        found: set[int] = set(self.unprobed)
+        if self.automaton is not None:
+            for _, indexes in self.automaton.iter(TERM_EDGE + term + TERM_EDGE):
+                found.update(indexes)
+        patterns = self.patterns
+        return tuple(patterns[i][1] for i in sorted(found) if patterns[i][0].test(term))
+
+    def learn(self, terms: frozenset[str]) -> None:
+        """Test a document's terms first seen against the pattern atoms; remember what they
+        pass."""
+        unseen = terms - self.seen
+        if not unseen:
+            return
+        if len(self.seen) + len(unseen) - len(self.base) > _TERM_MEMORY:
+            # Start afresh, so what is remembered stays the stream's recent terms.
+            self.known = dict(self.base)
+            self.seen = set(self.base)
+            unseen = terms - self.seen
+        known = self.known
+        for term in unseen:
+            ids = self.passing(term)
+            if ids:
+                known[term] = ids
+        self.seen.update(unseen)
+
+    def held(self, terms: frozenset[str], hits: set[int]) -> None:
+        """Add to ``hits`` the atoms a document with ``terms`` in this field holds."""
+        if self.patterns:
+            self.learn(terms)
+        known = self.known
+        # Set operations and itemgetter run in C: no interpreted step per term.
+        common = known.keys() & terms
+        if len(common) > 1:
+            hits.update(chain.from_iterable(itemgetter(*common)(known)))
+        elif common:
+            hits.update(known[next(iter(common))])
+
+
+class ColumnarPostings:
+    """The postings of a sealed segment as flat arrays over dense atom ids.
+
+    Parameters
+    ----------
+    postings
+        ``(key atom, partner atom or None, slot)``: the query in ``slot`` is proposed when a
+        document holds the key atom and the partner atom (None: the key alone suffices).
+    checks
+        ``slot -> clauses``: each clause a sequence of atoms, one of which must hold as well.
+
+    Examples
+    --------
+    >>> from percolator.analysis import Schema
+    >>> postings = ColumnarPostings(
+    ...     [(("term", "t", "acme"), ("term", "t", "news"), 7),
+    ...      (("term", "t", "zeta"), None, 9)],
+    ...     {9: [[("pattern", "t", "text", "prefix", "ship")]]})
+    >>> schema = Schema.of({"t": "text"})
+    >>> postings.candidates(AnalyzedDocument({"t": "ACME news: zeta shipped"}, schema))
+    [7, 9]
+    >>> postings.candidates(AnalyzedDocument({"t": "ACME zeta"}, schema))
+    []
+    """
+
+    def __init__(
+        self,
+        postings: Iterable[tuple[Atom, Atom | None, int]],
+        checks: Mapping[int, Sequence[Iterable[Atom]]],
+    ) -> None:
+        self._ids: dict[Atom, int] = {}
+        self._fields: dict[str, _FieldAtoms] = {}
+        self._intervals: dict[tuple[str, str], IntervalTable] = {}
+        self._exists: dict[str, int] = {}
+        keys: list[int] = []
+        partners: list[int] = []
+        slots: list[int] = []
+        dense = self._dense
+        for key, partner, slot in postings:
+            keys.append(dense(key))
+            partners.append(-1 if partner is None else dense(partner))
+            slots.append(slot)
+        self.checks = {
+            slot: tuple(tuple(dense(atom) for atom in clause) for clause in clauses)
+            for slot, clauses in checks.items()
+        }
+        count = len(self._ids)
+        order = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable")
+        sorted_keys = np.asarray(keys, dtype=np.int64)[order]
+        partner_ids = np.asarray(partners, dtype=np.int64)[order]
+        # A posting without a partner points at an extra atom every document holds.
+        partner_ids[partner_ids < 0] = count
+        self._everyone = count
+        self.few_hits = FEW_HITS
+        self._partner_array = partner_ids
+        self._slot_array = np.asarray(slots, dtype=np.int64)[order]
+        self._start_array = np.searchsorted(sorted_keys, np.arange(count + 1)).astype(np.int64)
+        # Views of the same arrays read an item at a time: they hand out plain ints cheaply.
+        self._partners = memoryview(self._partner_array)
+        self._slots = memoryview(self._slot_array)
+        self._starts = memoryview(self._start_array)
+        # Scratch marks of the atoms a document holds; the last one, every document's.
+        self._held = np.zeros(count + 1, dtype=bool)
+        self._held[count] = True
+        for field_atoms in self._fields.values():
+            field_atoms.seal()
+        for table in self._intervals.values():
+            table.seal()
+        self._ids = {}
+
+    @property
+    def size(self) -> int:
+        """Postings held."""
+        return len(self._slots)
+
+    def _dense(self, atom: Atom) -> int:
+        atom_id = self._ids.get(atom)
+        if atom_id is not None:
+            return atom_id
+        atom_id = self._ids[atom] = len(self._ids)
+        kind, field_name = atom[0], atom[1]
+        if kind == "term":
+            known = self._fields.setdefault(field_name, _FieldAtoms()).known
+            known[atom[2]] = known.get(atom[2], _NONE) + (atom_id,)
+        elif kind == "pattern":
+            field_atoms = self._fields.setdefault(field_name, _FieldAtoms())
+            field_atoms.patterns.append((term_filter(*atom[2:]), atom_id))
+        elif kind == "exists":
+            self._exists[field_name] = atom_id
+        else:
+            low = -np.inf if atom[2] is None else atom[2]
+            high = np.inf if atom[3] is None else atom[3]
+            table = self._intervals.setdefault((kind, field_name), IntervalTable())
+            table.pending.append((low, high, atom_id))
+        return atom_id
+
+    def held(self, doc: AnalyzedDocument) -> set[int]:
+        """Dense ids of the atoms ``doc`` holds."""
+        hits: set[int] = set()
+        for field_name, field_atoms in self._fields.items():
+            terms = doc.terms(field_name)
+            if terms:
+                field_atoms.held(terms, hits)
+        for (kind, field_name), table in self._intervals.items():
+            if doc.has(field_name):
+                values = doc.numbers(field_name) if kind == "number" else doc.timestamps(
+                    field_name)
+                for value in values:
+                    table.stab(value, hits)
+        for field_name, atom_id in self._exists.items():
+            if doc.has(field_name):
+                hits.add(atom_id)
+        return hits
+
+    def candidates(self, doc: AnalyzedDocument) -> list[int]:
+        """Slots of the queries whose posting and checks ``doc`` satisfies, sorted, each once."""
+        hits = self.held(doc)
+        if len(hits) >= self.few_hits:
+            posted = self._posted_by_arrays(hits)
+        else:
+            posted = self._posted_by_items(hits)
+        checks = self.checks
+        found: list[int] = []
+        for slot in posted:
+            clauses = checks.get(slot)
+            if clauses is not None and not _all_hold(clauses, hits):
+                continue
+            found.append(slot)
+        return found
+
+
+    def _posted_by_items(self, hits: set[int]) -> list[int]:
+        """The slots posted under ``hits`` whose partner is among them, an item at a time."""
+        starts, partners, slots = self._starts, self._partners, self._slots
+        everyone = self._everyone
+        posted: set[int] = set()
+        for atom_id in hits:
+            start = starts[atom_id]
+            stop = starts[atom_id + 1]
+            while start < stop:
+                partner = partners[start]
+                if partner == everyone or partner in hits:
+                    posted.add(slots[start])
+                start += 1
+        return sorted(posted)
+
+    def _posted_by_arrays(self, hits: set[int]) -> list[int]:
+        """The same as :meth:`_posted_by_items` in array operations, for many hits."""
+        held_ids = np.fromiter(hits, dtype=np.int64, count=len(hits))
+        starts = self._start_array[held_ids]
+        counts = self._start_array[held_ids + 1] - starts
+        total = int(counts.sum())
+        if not total:
+            return []
+        # Each held key's run of postings, laid end to end.
+        ends = np.cumsum(counts)
+        positions = np.arange(total, dtype=np.int64) + np.repeat(starts - ends + counts, counts)
+        held = self._held
+        held[held_ids] = True
+        survivors = positions[held[self._partner_array[positions]]]
+        held[held_ids] = False
+        return np.unique(self._slot_array[survivors]).tolist()
+
+
+def _all_hold(clauses: tuple[tuple[int, ...], ...], hits: set[int]) -> bool:
+    for clause in clauses:
+        for atom_id in clause:
+            if atom_id in hits:
+                break
+        else:
+            return False
+    return True
+

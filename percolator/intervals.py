@@ -1,0 +1,51 @@
+"""Sorted interval tables: which numeric or time intervals of a field hold a document's value."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import numpy as np
+
+__all__ = ["IntervalTable"]
+
+
+#: Interval tables up to this size are stabbed by a Python scan; larger ones through numpy.
+_FEW_INTERVALS = 32
+
+#: Beyond this magnitude an integer may not survive conversion to a float, so it is compared
+#: with the bounds in Python, exactly, as the evaluator does.
+_EXACT_FLOAT = 2**53
+
+
+class IntervalTable:
+    """Intervals of one (kind, field), inclusive, open ends as infinities, sorted by low end."""
+
+    __slots__ = ("pending", "highs", "atoms", "low_list")
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[float, float, int]] = []
+        self.highs: np.ndarray | None = None
+        self.atoms: np.ndarray | None = None
+        self.low_list: list[float] = []
+
+    def seal(self) -> None:
+        self.pending.sort()
+        if len(self.pending) <= _FEW_INTERVALS:
+            return
+        self.low_list = [low for low, _, _ in self.pending]
+        self.highs = np.array([high for _, high, _ in self.pending], dtype=np.float64)
+        self.atoms = np.array([atom for _, _, atom in self.pending], dtype=np.int64)
+
+    def stab(self, value: float, hits: set[int]) -> None:
+        """Add the atoms of the intervals holding ``value`` to ``hits``."""
+        if self.atoms is None or (
+            type(value) is int and not -_EXACT_FLOAT <= value <= _EXACT_FLOAT
+        ):
+            # Python compares an int with a float bound exactly, whatever its size.
+            hits.update(a for low, high, a in self.pending if low <= value <= high)
+            return
+        assert self.highs is not None
+        value = float(value)
+        count = bisect_right(self.low_list, value)
+        if count:
+            hits.update(self.atoms[:count][self.highs[:count] >= value].tolist())

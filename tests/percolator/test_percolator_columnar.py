@@ -1,0 +1,126 @@
+"""Flat postings of large sealed segments (:class:`ColumnarPostings`) against direct evaluation
+of every posting's atoms, with postings gathered one at a time and in array operations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from percolator_support import SCHEMA, VARIANTS, WORDS, baseline, documents, outcome
+from test_percolator_patterns import pattern_atoms
+
+from percolator import AnalyzedDocument, IndexedPresearcher, Percolator
+from percolator import columnar as columnar_module
+from percolator.columnar import ColumnarPostings
+from percolator.extract import term_filter
+from percolator.presearcher import _atom_holds
+from query_lang import parse_search
+from query_lang.ast import SearchWildcard
+
+FIELDS = ["*", "title", "body", "source", "tags", "note"]
+
+
+@st.composite
+def atoms(draw) -> tuple:
+    kind = draw(st.sampled_from(["term", "term", "term", "pattern", "number", "time", "exists"]))
+    field_name = draw(st.sampled_from(FIELDS))
+    if kind == "term":
+        word = draw(st.sampled_from(WORDS + ["cafe", "reuters", "Reuters", "x y", "wire"]))
+        return ("term", field_name, word)
+    if kind == "pattern":
+        atom = draw(pattern_atoms())
+        # Patterns without a literal long enough are never pattern atoms (see extract).
+        return atom if term_filter(*atom[2:]).literals else ("exists", atom[1])
+    if kind == "number":
+        low = draw(st.none() | st.integers(0, 2000))
+        high = draw(st.none() | st.integers(0, 2000))
+        return ("number", draw(st.sampled_from(["views", "score"])), low, high)
+    if kind == "time":
+        return ("time", "ts", draw(st.sampled_from([None, 1_600_000_000.0])),
+                draw(st.sampled_from([None, 1_700_000_000.0])))
+    return ("exists", draw(st.sampled_from(["title", "views", "tags", "missing"])))
+
+
+postings_lists = st.lists(
+    st.tuples(atoms(), st.none() | atoms(), st.integers(0, 12)), min_size=1, max_size=14
+)
+checks_maps = st.dictionaries(
+    st.integers(0, 12), st.lists(st.lists(atoms(), min_size=1, max_size=3), min_size=1,
+                                 max_size=2), max_size=5
+)
+
+
+def expected_candidates(postings, checks, doc) -> list[int]:
+    posted = {
+        slot for key, partner, slot in postings
+        if _atom_holds(doc, key) and (partner is None or _atom_holds(doc, partner))
+    }
+    return sorted(
+        slot for slot in posted
+        if all(any(_atom_holds(doc, atom) for atom in clause) for clause in checks.get(slot, ()))
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(postings_lists, checks_maps, st.lists(documents, min_size=1, max_size=4))
+def test_candidates_equal_direct_evaluation_of_every_posting(postings, checks, document_list):
+    columnar = ColumnarPostings(postings, checks)
+    for document in document_list:
+        doc = AnalyzedDocument(document, SCHEMA)
+        expected = expected_candidates(postings, checks, doc)
+        for few_hits in (0, 10**9):  # gathered in array operations, then one at a time
+            columnar.few_hits = few_hits
+            assert columnar.candidates(doc) == expected
+
+
+def test_both_gathering_paths_are_taken_by_default_threshold():
+    # A document holding more atoms than FEW_HITS goes through the array path.
+    words = [f"w{i}" for i in range(columnar_module.FEW_HITS + 5)]
+    postings = [(("term", "title", w), ("term", "title", words[0]), i)
+                for i, w in enumerate(words)]
+    postings.append((("term", "title", "alone"), None, 999))
+    columnar = ColumnarPostings(postings, {3: [[("term", "title", "missing")]]})
+    many = AnalyzedDocument({"title": " ".join(words)}, SCHEMA)
+    few = AnalyzedDocument({"title": " ".join(words[:4]) + " alone"}, SCHEMA)
+    assert len(columnar.held(many)) >= columnar.few_hits
+    assert columnar.candidates(many) == [i for i in range(len(words)) if i != 3]
+    assert columnar.candidates(few) == [0, 1, 2, 999]
+
+
+def test_learned_terms_are_forgotten_past_the_memory(monkeypatch):
+    # Terms outside the segment's own are tested against its patterns and remembered; a small
+    # memory is emptied and refilled without changing a match.
+    monkeypatch.setattr(columnar_module, "_TERM_MEMORY", 3)
+    standing = [(f"w{i}", SearchWildcard("title", pattern))
+                for i, pattern in enumerate(["m?rger*", "*yoff*", "acm?", "z*a", "ca?e"])]
+    standing.append(("both", parse_search("title:(acme AND *rger)")))
+    docs = [{"id": str(i), "title": " ".join(WORDS[i:i + 4]) + f" filler{i}"}
+            for i in range(len(WORDS))]
+    percolator = Percolator(SCHEMA, IndexedPresearcher(columnar_threshold=1))
+    percolator.add_many((name, query, ()) for name, query in standing)
+    [sealed] = percolator.index._sealed
+    columnar = sealed.segment._columnar
+    assert columnar is not None
+    for _ in range(2):
+        assert outcome(percolator, docs) == outcome(baseline(standing), docs)
+    title = columnar._fields["title"]
+    assert len(title.seen) - len(title.base) <= 3 + 8  # the memory, plus one document's terms
+
+
+def test_segments_below_the_threshold_keep_python_postings():
+    standing = [(f"q{i}", parse_search(f"title:{w}")) for i, w in enumerate(WORDS)]
+    small = Percolator(SCHEMA, IndexedPresearcher(columnar_threshold=len(WORDS) + 1))
+    small.add_many((name, query, ()) for name, query in standing)
+    large = VARIANTS["indexed-columnar"](standing)
+    assert small.index._sealed[0].segment._columnar is None
+    assert large.index._sealed[0].segment._columnar is not None
+    docs = [{"id": "1", "title": "acme corp merger"}]
+    assert outcome(small, docs) == outcome(large, docs) == outcome(baseline(standing), docs)
+
+
+@pytest.mark.parametrize("threshold", [0, -5])
+def test_threshold_must_be_positive(threshold):
+    from percolator import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="columnar_threshold"):
+        IndexedPresearcher(columnar_threshold=threshold)
