@@ -47,13 +47,12 @@ class _FieldAtoms:
     longest literals finds the few worth testing) and remembered.
     """
 
-    __slots__ = ("known", "base", "seen", "patterns", "automaton", "unprobed")
+    __slots__ = ("known", "base", "patterns", "automaton", "unprobed")
 
     def __init__(self) -> None:
-        # term -> ids, only for terms some atom holds for; seen: every term examined.
+        # term -> ids: the segment's own terms (base) and, with patterns, every term seen.
         self.known: dict[str, tuple[int, ...]] = {}
         self.base: dict[str, tuple[int, ...]] = {}
-        self.seen: set[str] = set()
         # (test, dense id) of each pattern atom; the automaton maps probes to their indexes,
         # and patterns without a probe literal are tested on every term.
         self.patterns: list[tuple[TermPattern, int]] = []
@@ -75,7 +74,6 @@ class _FieldAtoms:
             self.automaton = automaton
         self.base = {term: ids + self.passing(term) for term, ids in self.known.items()}
         self.known = dict(self.base)
-        self.seen = set(self.base)
 
     def passing(self, term: str) -> tuple[int, ...]:
         """Dense ids of the pattern atoms ``term`` passes."""
@@ -88,35 +86,28 @@ class _FieldAtoms:
         patterns = self.patterns
         return tuple(patterns[i][1] for i in sorted(found) if patterns[i][0].test(term))
 
-    def learn(self, terms: frozenset[str]) -> None:
-        """Test a document's terms first seen against the pattern atoms; remember what they
-        pass."""
-        unseen = terms - self.seen
-        if not unseen:
-            return
-        if len(self.seen) + len(unseen) - len(self.base) > _TERM_MEMORY:
-            # Start afresh, so what is remembered stays the stream's recent terms.
-            self.known = dict(self.base)
-            self.seen = set(self.base)
-            unseen = terms - self.seen
+    def learn(self, terms: frozenset[str], unseen: frozenset[str]) -> None:
+        """Test the terms of a document first seen (``unseen`` of its ``terms``) against the
+        pattern atoms and remember what they pass, nothing included."""
         known = self.known
+        if len(known) + len(unseen) - len(self.base) > _TERM_MEMORY:
+            # Start afresh, so what is remembered stays the stream's recent terms.
+            known = self.known = dict(self.base)
+            unseen = frozenset(term for term in terms if term not in known)
         for term in unseen:
-            ids = self.passing(term)
-            if ids:
-                known[term] = ids
-        self.seen.update(unseen)
+            known[term] = self.passing(term)
 
     def held(self, terms: frozenset[str], hits: set[int]) -> None:
         """Add to ``hits`` the atoms a document with ``terms`` in this field holds."""
-        if self.patterns:
-            self.learn(terms)
-        known = self.known
         # Set operations and itemgetter run in C: no interpreted step per term.
-        common = known.keys() & terms
+        common = self.known.keys() & terms
+        if self.patterns and len(common) < len(terms):
+            self.learn(terms, terms - common)
+            common = terms
         if len(common) > 1:
-            hits.update(chain.from_iterable(itemgetter(*common)(known)))
+            hits.update(chain.from_iterable(itemgetter(*common)(self.known)))
         elif common:
-            hits.update(known[next(iter(common))])
+            hits.update(self.known[next(iter(common))])
 
 
 class ColumnarPostings:

@@ -104,7 +104,7 @@ def test_learned_terms_are_forgotten_past_the_memory(monkeypatch):
     for _ in range(2):
         assert outcome(percolator, docs) == outcome(baseline(standing), docs)
     title = columnar._fields["title"]
-    assert len(title.seen) - len(title.base) <= 3 + 8  # the memory, plus one document's terms
+    assert len(title.known) - len(title.base) <= 3 + 8  # the memory, plus one document's terms
 
 
 def test_segments_below_the_threshold_keep_python_postings():

@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "percolator.analysis",
+    "percolator.columnar",
     "percolator.evaluate",
     "percolator.extract",
     "percolator.index",
