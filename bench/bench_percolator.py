@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from percolator import (  # noqa: E402
+    COLUMNAR_THRESHOLD,
     AnalyzedDocument,
     IndexedPresearcher,
     NoFilterPresearcher,
@@ -385,6 +386,7 @@ def main(argv: list[str] | None = None) -> None:
             "speedup": rate / base_rate,
             "updates": updates,
             "segments": indexed.stats().segments,
+            "columnar": indexed.stats().columnar,
         }
         rows.append(row)
         print(row, flush=True)
@@ -487,7 +489,9 @@ def write_report(
         f"documents only (a budget of about {args.baseline_seconds:.0f} s per size), and its "
         "matches are checked equal to the indexed run on those documents.",
         "- *live add+delete/s*: 2,000 queries added one by one to the loaded index, then "
-        "1,000 of them deleted.",
+        "1,000 of them deleted. *segments*: sealed segments after that, and how many of them "
+        "keep their postings as flat arrays (`columnar_threshold`, default "
+        f"{COLUMNAR_THRESHOLD:,} queries).",
         "- Analysis alone (tokenising title and body into term sets): "
         f"{analysis_rate:,.0f} documents/s.",
         "",
@@ -511,7 +515,8 @@ def write_report(
                 f"{100 * r['fraction']:.3f}% | {r['max_candidates']} | {r['matches']:.2f} | "
                 f"{r['rate'] * r['matches']:,.0f} | {per_match(r)} | "
                 f"{r['always']} | {r['base_rate']:,.2f} ({r['base_docs']}) | "
-                f"{r['speedup']:,.0f}x | {r['updates']:,.0f} | {r['segments']} |"
+                f"{r['speedup']:,.0f}x | {r['updates']:,.0f} | {r['segments']} "
+                f"({r['columnar']} flat) |"
             )
         lines.append("")
         if len(rows) >= 2:

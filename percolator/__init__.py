@@ -2,8 +2,9 @@
 
 Queries are compiled (:mod:`percolator.evaluate`), reduced to what a matching document must
 contain (:mod:`percolator.extract`), indexed by a swappable prefilter
-(:mod:`percolator.presearcher`) in a live segmented index (:mod:`percolator.index`), and each
-document's candidates are verified exactly (:mod:`percolator.matcher`).
+(:mod:`percolator.presearcher`; large segments as flat arrays, :mod:`percolator.columnar`) in a
+live segmented index (:mod:`percolator.index`), and each document's candidates are verified
+exactly (:mod:`percolator.matcher`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from percolator.analysis import (
     analyze_text,
     normalize_term,
 )
+from percolator.columnar import ColumnarPostings
 from percolator.errors import (
     ConfigurationError,
     DuplicateQueryError,
@@ -39,6 +41,7 @@ from percolator.extract import Requirement, Selectivity, extract
 from percolator.index import IndexStats, QueryIndex, RegisteredQuery
 from percolator.matcher import BatchResult, BatchStats, Percolator, QueryMatch, match_id
 from percolator.presearcher import (
+    COLUMNAR_THRESHOLD,
     IndexedPresearcher,
     NoFilterPresearcher,
     Presearcher,
@@ -46,11 +49,13 @@ from percolator.presearcher import (
 )
 
 __all__ = [
+    "COLUMNAR_THRESHOLD",
     "DEFAULT_FIELD",
     "FIELD_TYPES",
     "AnalyzedDocument",
     "BatchResult",
     "BatchStats",
+    "ColumnarPostings",
     "CompiledQuery",
     "ConfigurationError",
     "DuplicateQueryError",

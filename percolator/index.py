@@ -53,13 +53,18 @@ class RegisteredQuery:
 
 @dataclass(frozen=True)
 class IndexStats:
-    """Shape of the index: live queries, segments, tombstones and the always-run bucket."""
+    """Shape of the index: live queries, segments, tombstones and the always-run bucket.
+
+    ``columnar`` counts the sealed segments whose postings are flat arrays (see
+    :class:`~percolator.columnar.ColumnarPostings`).
+    """
 
     queries: int
     segments: int
     delta: int
     tombstones: int
     always_run: int
+    columnar: int = 0
 
 
 class _SealedSegment:
@@ -151,7 +156,8 @@ class QueryIndex:
         """Current shape of the index."""
         dead = sum(s.dead for s in self._sealed) + self._delta_dead
         return IndexStats(
-            len(self._entries), len(self._sealed), self._delta.size, dead, self._always_live
+            len(self._entries), len(self._sealed), self._delta.size, dead, self._always_live,
+            sum(s.segment.columnar for s in self._sealed),
         )
 
     def always_run(self) -> int:

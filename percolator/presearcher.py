@@ -64,6 +64,11 @@ class Segment(ABC):
         self.always_run = 0
         self.sealed = False
 
+    @property
+    def columnar(self) -> bool:
+        """Whether this segment's postings are flat arrays."""
+        return False
+
     @abstractmethod
     def add(self, slot: int, requirement: Requirement) -> None:
         """Add the query in ``slot`` with its requirement; only while the segment is open."""
@@ -469,6 +474,10 @@ class IndexedSegment(Segment):
                        for atom in self._atoms]
         self._atom_ids = {}
         super().seal()
+
+    @property
+    def columnar(self) -> bool:
+        return self._columnar is not None
 
     def _seal_columnar(self) -> None:
         """Seal into :class:`ColumnarPostings`, dropping the postings as Python objects."""

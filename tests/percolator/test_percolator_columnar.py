@@ -112,8 +112,8 @@ def test_segments_below_the_threshold_keep_python_postings():
     small = Percolator(SCHEMA, IndexedPresearcher(columnar_threshold=len(WORDS) + 1))
     small.add_many((name, query, ()) for name, query in standing)
     large = VARIANTS["indexed-columnar"](standing)
-    assert small.index._sealed[0].segment._columnar is None
-    assert large.index._sealed[0].segment._columnar is not None
+    assert small.stats().columnar == 0 and small.stats().segments == 1
+    assert large.stats().columnar == 1
     docs = [{"id": "1", "title": "acme corp merger"}]
     assert outcome(small, docs) == outcome(large, docs) == outcome(baseline(standing), docs)
 
