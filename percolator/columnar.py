@@ -23,7 +23,7 @@ import numpy as np
 from percolator.analysis import AnalyzedDocument
 from percolator.evaluate import TERM_EDGE, TermPattern
 from percolator.extract import Atom, term_filter
-from percolator.intervals import IntervalTable
+from percolator.intervals import IntervalTable, value_hits
 
 __all__ = ["ColumnarPostings"]
 
@@ -200,10 +200,8 @@ class ColumnarPostings:
         elif kind == "exists":
             self._exists[field_name] = atom_id
         else:
-            low = -np.inf if atom[2] is None else atom[2]
-            high = np.inf if atom[3] is None else atom[3]
-            table = self._intervals.setdefault((kind, field_name), IntervalTable())
-            table.pending.append((low, high, atom_id))
+            self._intervals.setdefault((kind, field_name), IntervalTable()).add(
+                atom[2], atom[3], atom_id)
         return atom_id
 
     def held(self, doc: AnalyzedDocument) -> set[int]:
@@ -213,15 +211,7 @@ class ColumnarPostings:
             terms = doc.terms(field_name)
             if terms:
                 field_atoms.held(terms, hits)
-        for (kind, field_name), table in self._intervals.items():
-            if doc.has(field_name):
-                values = doc.numbers(field_name) if kind == "number" else doc.timestamps(
-                    field_name)
-                for value in values:
-                    table.stab(value, hits)
-        for field_name, atom_id in self._exists.items():
-            if doc.has(field_name):
-                hits.add(atom_id)
+        value_hits(doc, self._intervals, self._exists, hits)
         return hits
 
     def candidates(self, doc: AnalyzedDocument) -> list[int]:

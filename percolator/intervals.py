@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["IntervalTable"]
+from percolator.analysis import AnalyzedDocument
+
+__all__ = ["IntervalTable", "value_hits"]
 
 
 #: Interval tables up to this size are stabbed by a Python scan; larger ones through numpy.
@@ -27,6 +30,11 @@ class IntervalTable:
         self.highs: np.ndarray | None = None
         self.atoms: np.ndarray | None = None
         self.low_list: list[float] = []
+
+    def add(self, low: float | None, high: float | None, atom_id: int) -> None:
+        """Add the inclusive interval ``[low, high]`` (None: open) of atom ``atom_id``."""
+        self.pending.append((-np.inf if low is None else low, np.inf if high is None else high,
+                             atom_id))
 
     def seal(self) -> None:
         self.pending.sort()
@@ -49,3 +57,21 @@ class IntervalTable:
         count = bisect_right(self.low_list, value)
         if count:
             hits.update(self.atoms[:count][self.highs[:count] >= value].tolist())
+
+
+def value_hits(
+    doc: AnalyzedDocument,
+    intervals: Mapping[tuple[str, str], IntervalTable],
+    exists: Mapping[str, int],
+    hits: set[int],
+) -> None:
+    """Add to ``hits`` the atoms of the ``(kind, field)`` intervals holding a value of ``doc``
+    and of the fields ``doc`` has (``exists``: field -> its presence atom)."""
+    for (kind, field_name), table in intervals.items():
+        if doc.has(field_name):
+            values = doc.numbers(field_name) if kind == "number" else doc.timestamps(field_name)
+            for value in values:
+                table.stab(value, hits)
+    for field_name, atom_id in exists.items():
+        if doc.has(field_name):
+            hits.add(atom_id)

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import ahocorasick
-import numpy as np
 
 from percolator.analysis import AnalyzedDocument
 from percolator.columnar import ColumnarPostings
@@ -30,7 +29,7 @@ from percolator.extract import (
     extract,
     term_filter,
 )
-from percolator.intervals import IntervalTable
+from percolator.intervals import IntervalTable, value_hits
 
 __all__ = [
     "IndexedPresearcher",
@@ -335,7 +334,8 @@ class IndexedSegment(Segment):
     both. Intervals and field presence are found for the document up front; a partner or
     checked pattern is tested when a posted query needs it, mostly by one substring search.
     The number of queries enters the work per document only through the partners of the keys
-    it holds.
+    it holds. A segment sealed with at least ``columnar_threshold`` queries keeps the same
+    postings as flat arrays instead (:class:`~percolator.columnar.ColumnarPostings`).
     """
 
     def __init__(
@@ -384,10 +384,8 @@ class IndexedSegment(Segment):
             self._atoms.append(atom)
         self._atom_ids[atom] = atom_id
         if kind in ("number", "time"):
-            low = -np.inf if atom[2] is None else atom[2]
-            high = np.inf if atom[3] is None else atom[3]
-            table = self._intervals.setdefault((kind, atom[1]), IntervalTable())
-            table.pending.append((low, high, atom_id))
+            self._intervals.setdefault((kind, atom[1]), IntervalTable()).add(
+                atom[2], atom[3], atom_id)
         elif kind == "exists":
             self._exists[atom[1]] = atom_id
         return atom_id
@@ -532,15 +530,7 @@ class IndexedSegment(Segment):
             return found + self._always if self._always else found
         view = _DocumentView(doc, self)
         hits = view.hits
-        for (kind, field_name), intervals in self._intervals.items():
-            if doc.has(field_name):
-                values = doc.numbers(field_name) if kind == "number" else doc.timestamps(
-                    field_name)
-                for value in values:
-                    intervals.stab(value, hits)
-        for field_name, atom_id in self._exists.items():
-            if doc.has(field_name):
-                hits.add(atom_id)
+        value_hits(doc, self._intervals, self._exists, hits)
         probe = doc.terms_in(self._probe_fields)
         held: list[tuple[str, Any]] = []
         if not self.sealed:

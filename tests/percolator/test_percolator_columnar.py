@@ -15,7 +15,6 @@ from percolator.columnar import ColumnarPostings
 from percolator.extract import term_filter
 from percolator.presearcher import _atom_holds
 from query_lang import parse_search
-from query_lang.ast import SearchWildcard
 
 FIELDS = ["*", "title", "body", "source", "tags", "note"]
 
@@ -85,26 +84,6 @@ def test_both_gathering_paths_are_taken_by_default_threshold():
     assert len(columnar.held(many)) >= columnar.few_hits
     assert columnar.candidates(many) == [i for i in range(len(words)) if i != 3]
     assert columnar.candidates(few) == [0, 1, 2, 999]
-
-
-def test_learned_terms_are_forgotten_past_the_memory(monkeypatch):
-    # Terms outside the segment's own are tested against its patterns and remembered; a small
-    # memory is emptied and refilled without changing a match.
-    monkeypatch.setattr(columnar_module, "_TERM_MEMORY", 3)
-    standing = [(f"w{i}", SearchWildcard("title", pattern))
-                for i, pattern in enumerate(["m?rger*", "*yoff*", "acm?", "z*a", "ca?e"])]
-    standing.append(("both", parse_search("title:(acme AND *rger)")))
-    docs = [{"id": str(i), "title": " ".join(WORDS[i:i + 4]) + f" filler{i}"}
-            for i in range(len(WORDS))]
-    percolator = Percolator(SCHEMA, IndexedPresearcher(columnar_threshold=1))
-    percolator.add_many((name, query, ()) for name, query in standing)
-    [sealed] = percolator.index._sealed
-    columnar = sealed.segment._columnar
-    assert columnar is not None
-    for _ in range(2):
-        assert outcome(percolator, docs) == outcome(baseline(standing), docs)
-    title = columnar._fields["title"]
-    assert len(title.known) - len(title.base) <= 3 + 8  # the memory, plus one document's terms
 
 
 def test_segments_below_the_threshold_keep_python_postings():

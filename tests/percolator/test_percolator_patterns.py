@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from percolator_support import SCHEMA, VARIANTS, WORDS, baseline, documents, outcome
 
 from percolator import AnalyzedDocument, IndexedPresearcher, Percolator, Schema
+from percolator import columnar as columnar_module
 from percolator import presearcher as presearcher_module
 from percolator.evaluate import TERM_EDGE
 from percolator.extract import term_filter
@@ -111,22 +112,38 @@ def test_spaced_terms_only_for_plain_text_values():
     assert not framed.frameable("source") and framed.frameable("title")
 
 
-def test_learned_terms_are_forgotten_past_the_memory(monkeypatch):
+def _python_memory(segment) -> int:
+    return len(segment._known)
+
+
+def _columnar_memory(segment) -> int:
+    title = segment._columnar._fields["title"]
+    return len(title.known) - len(title.base)
+
+
+@pytest.mark.parametrize(("module", "threshold", "remembered"), [
+    (presearcher_module, None, _python_memory),
+    (columnar_module, 1, _columnar_memory),
+])
+def test_learned_terms_are_forgotten_past_the_memory(monkeypatch, module, threshold, remembered):
     # Wildcards alone are posted under their pattern atoms, found term by term and remembered;
-    # a small memory is emptied and refilled without changing a match.
-    monkeypatch.setattr(presearcher_module, "_TERM_MEMORY", 3)
+    # a small memory is emptied and refilled without changing a match. Same for the flat
+    # postings of a columnar segment, which remember the patterns a term passes.
+    monkeypatch.setattr(module, "_TERM_MEMORY", 3)
     standing = [(f"w{i}", SearchWildcard("title", pattern))
                 for i, pattern in enumerate(["m?rger*", "*yoff*", "acm?", "z*a", "ca?e"])]
     standing.append(("both", parse_search("title:(acme AND *rger)")))
     docs = [{"id": str(i), "title": " ".join(WORDS[i:i + 4]) + f" filler{i}"}
             for i in range(len(WORDS))]
-    percolator = Percolator(SCHEMA, IndexedPresearcher())
+    percolator = Percolator(SCHEMA, IndexedPresearcher(columnar_threshold=threshold))
     percolator.add_many((name, query, ()) for name, query in standing)
     [sealed] = percolator.index._sealed
-    assert sealed.segment.patterns.automaton is not None
+    assert sealed.segment.columnar == (threshold is not None)
+    if threshold is None:
+        assert sealed.segment.patterns.automaton is not None
     for _ in range(2):
         assert outcome(percolator, docs) == outcome(baseline(standing), docs)
-    assert len(sealed.segment._known) <= 3 + 8  # the memory, plus one document's terms
+    assert remembered(sealed.segment) <= 3 + 8  # the memory, plus one document's terms
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
