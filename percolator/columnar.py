@@ -157,8 +157,9 @@ class ColumnarPostings:
             for slot, clauses in checks.items()
         }
         count = len(self._ids)
-        order = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable")
-        sorted_keys = np.asarray(keys, dtype=np.int64)[order]
+        key_ids = np.asarray(keys, dtype=np.int64)
+        order = np.argsort(key_ids, kind="stable")
+        sorted_keys = key_ids[order]
         partner_ids = np.asarray(partners, dtype=np.int64)[order]
         # A posting without a partner points at an extra atom every document holds.
         partner_ids[partner_ids < 0] = count
@@ -179,11 +180,6 @@ class ColumnarPostings:
         for table in self._intervals.values():
             table.seal()
         self._ids = {}
-
-    @property
-    def size(self) -> int:
-        """Postings held."""
-        return len(self._slots)
 
     def _dense(self, atom: Atom) -> int:
         atom_id = self._ids.get(atom)
@@ -259,8 +255,10 @@ class ColumnarPostings:
         positions = np.arange(total, dtype=np.int64) + np.repeat(starts - ends + counts, counts)
         held = self._held
         held[held_ids] = True
-        survivors = positions[held[self._partner_array[positions]]]
-        held[held_ids] = False
+        try:
+            survivors = positions[held[self._partner_array[positions]]]
+        finally:
+            held[held_ids] = False
         return np.unique(self._slot_array[survivors]).tolist()
 
 
