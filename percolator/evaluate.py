@@ -679,7 +679,9 @@ class AnyMatch(Matcher):
 
     def collect_spans(self, doc: AnalyzedDocument, out: dict[str, set[tuple[int, int]]]) -> None:
         for clause in self.clauses:
-            if clause.matches(doc):
+            # A leaf (and a negation) adds spans only where it matches, so only a conjunction,
+            # whose clauses may match on their own, is asked first.
+            if type(clause) is not AllMatch or clause.matches(doc):
                 clause.collect_spans(doc, out)
 
     def describe(self) -> str:

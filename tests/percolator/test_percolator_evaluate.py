@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from percolator_support import SCHEMA
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from percolator_support import SCHEMA, documents, queries
 
 from percolator import (
+    AnalyzedDocument,
     InvalidQueryError,
     PercolatorError,
     Schema,
@@ -14,7 +17,14 @@ from percolator import (
     explain,
     field_predicate,
 )
-from percolator.evaluate import regex_literals, wildcard_segments
+from percolator.evaluate import (
+    AllMatch,
+    AnyMatch,
+    NotMatch,
+    _merge_spans,
+    regex_literals,
+    wildcard_segments,
+)
 from query_lang import parse_search
 from query_lang.ast import SearchAnd, SearchCompare, SearchRange, SearchTerm
 
@@ -133,6 +143,15 @@ def test_highlights_are_offsets_of_matched_terms_from_positive_clauses():
     assert [body[s:e] for s, e in result.highlights["body"]] == ["Layoffs", "Café", "cafe\u0301"]
 
 
+def test_highlights_of_a_disjunction_come_from_its_matching_clauses_only():
+    # "corp" matches on its own but its conjunction does not: it is not highlighted.
+    result = run("title:(acme OR (corp AND zeta)) AND NOT title:(merger AND zeta)")
+    assert result.matched
+    assert result.highlights == {"title": [[0, 4]]}
+    both = run("title:(zeta OR (acme AND corp))")
+    assert both.highlights == {"title": [[0, 4], [5, 9]]}
+
+
 def test_highlights_for_keywords_and_lists_and_default_fields():
     result = run('tags:"m&a" OR "Reuters UK" OR acme')
     assert result.highlights == {
@@ -232,3 +251,29 @@ def test_wildcard_escapes_and_segments():
 )
 def test_regex_literals_are_conservative(pattern, literals):
     assert regex_literals(pattern) == literals
+
+
+def _reference_spans(node, doc, out) -> None:
+    """Highlights by their definition: the spans of the leaves of every matching positive
+    clause, asking each clause of a disjunction whether it matches."""
+    if isinstance(node, NotMatch):
+        return
+    if isinstance(node, AllMatch | AnyMatch):
+        for clause in node.clauses:
+            if isinstance(node, AllMatch) or clause.matches(doc):
+                _reference_spans(clause, doc, out)
+        return
+    node.collect_spans(doc, out)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queries, documents, st.sampled_from([SCHEMA, Schema(), Schema.of({}, dynamic="text")]))
+def test_highlights_follow_their_definition(query, document, schema):
+    compiled = compile_query(query, schema)
+    doc = AnalyzedDocument(document, schema)
+    if not compiled.matches(doc):
+        return
+    spans: dict[str, set[tuple[int, int]]] = {}
+    _reference_spans(compiled.root, doc, spans)
+    expected = {name: _merge_spans(found) for name, found in sorted(spans.items()) if found}
+    assert compiled.highlights(doc) == expected
