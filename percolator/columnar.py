@@ -25,7 +25,7 @@ from percolator.evaluate import TERM_EDGE, TermPattern
 from percolator.extract import Atom, term_filter
 from percolator.intervals import IntervalTable, value_hits
 
-__all__ = ["ColumnarPostings"]
+__all__ = ["ColumnarPostings", "probe_automaton"]
 
 #: Distinct terms per field whose pattern atoms are remembered beyond the terms of the segment's
 #: own term atoms, before the memory starts afresh.
@@ -36,6 +36,19 @@ _NONE: tuple[int, ...] = ()
 #: From this many atoms held by a document on, its postings are gathered in array operations
 #: (a fixed cost of some microseconds) rather than one at a time (``few_hits`` of an instance).
 FEW_HITS = 64
+
+
+def probe_automaton(probes: Iterable[tuple[str, int]]) -> ahocorasick.Automaton:
+    """An Aho-Corasick automaton of term-pattern probe literals, each found with the tuple of
+    the indexes given for it; run it over a term framed by :data:`TERM_EDGE`."""
+    by_probe: dict[str, list[int]] = {}
+    for probe, index in probes:
+        by_probe.setdefault(probe, []).append(index)
+    automaton = ahocorasick.Automaton()
+    for probe, indexes in by_probe.items():
+        automaton.add_word(probe, tuple(indexes))
+    automaton.make_automaton()
+    return automaton
 
 
 class _FieldAtoms:
@@ -60,18 +73,14 @@ class _FieldAtoms:
         self.unprobed: list[int] = []
 
     def seal(self) -> None:
-        probes: dict[str, list[int]] = {}
+        probes = []
         for index, (pattern, _) in enumerate(self.patterns):
             if pattern.probe is None:
                 self.unprobed.append(index)
             else:
-                probes.setdefault(pattern.probe, []).append(index)
+                probes.append((pattern.probe, index))
         if probes:
-            automaton = ahocorasick.Automaton()
-            for probe, indexes in probes.items():
-                automaton.add_word(probe, tuple(indexes))
-            automaton.make_automaton()
-            self.automaton = automaton
+            self.automaton = probe_automaton(probes)
         self.base = {term: ids + self.passing(term) for term, ids in self.known.items()}
         self.known = dict(self.base)
 
@@ -88,7 +97,7 @@ class _FieldAtoms:
 
     def learn(self, terms: frozenset[str], unseen: frozenset[str]) -> None:
         """Test the terms of a document first seen (``unseen`` of its ``terms``) against the
-        pattern atoms and remember what they pass, nothing included."""
+        pattern atoms and remember what each passes, also when that is nothing."""
         known = self.known
         if len(known) + len(unseen) - len(self.base) > _TERM_MEMORY:
             # Start afresh, so what is remembered stays the stream's recent terms.

@@ -17,7 +17,7 @@ from typing import Any
 import ahocorasick
 
 from percolator.analysis import AnalyzedDocument
-from percolator.columnar import ColumnarPostings
+from percolator.columnar import ColumnarPostings, probe_automaton
 from percolator.errors import ConfigurationError
 from percolator.evaluate import TERM_EDGE, CompiledQuery, TermPattern, wildcard_segments
 from percolator.extract import (
@@ -216,14 +216,9 @@ class _PatternTable:
                 located.setdefault(atom_id & _PATTERN_ID_MASK, []).append(self.field_of(atom_id))
         self.keys = {pattern_id: tuple(fields) for pattern_id, fields in located.items()}
         if self.keys:
-            probes: dict[str, list[int]] = {}
-            for pattern_id in self.keys:
-                probes.setdefault(self.filters[pattern_id].probe, []).append(pattern_id)
-            automaton = ahocorasick.Automaton()
-            for probe, pattern_ids in probes.items():
-                automaton.add_word(probe, tuple(pattern_ids))
-            automaton.make_automaton()
-            self.automaton = automaton
+            self.automaton = probe_automaton(
+                (self.filters[pattern_id].probe, pattern_id) for pattern_id in self.keys
+            )
         self.patterns = {}
         self.pattern_ids = {}
 

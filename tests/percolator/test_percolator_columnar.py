@@ -72,6 +72,16 @@ def test_candidates_equal_direct_evaluation_of_every_posting(postings, checks, d
             assert columnar.candidates(doc) == expected
 
 
+def test_a_pattern_without_a_probe_literal_is_tested_on_every_term():
+    # Extraction never makes such an atom (it becomes field presence), but the postings take
+    # any atom: "a?" has no literal of three characters to find terms by.
+    wildcard = ("pattern", "title", "text", "wildcard", "a?")
+    assert term_filter(*wildcard[2:]).probe is None
+    columnar = ColumnarPostings([(("term", "title", "zeta"), wildcard, 1)], {})
+    for title, expected in [("zeta ab", [1]), ("zeta abc", []), ("ab", []), ("zeta ax", [1])]:
+        assert columnar.candidates(AnalyzedDocument({"title": title}, SCHEMA)) == expected
+
+
 def test_both_gathering_paths_are_taken_by_default_threshold():
     # A document holding more atoms than FEW_HITS goes through the array path.
     words = [f"w{i}" for i in range(columnar_module.FEW_HITS + 5)]
