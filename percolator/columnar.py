@@ -165,6 +165,7 @@ class ColumnarPostings:
             slot: tuple(tuple(dense(atom) for atom in clause) for clause in clauses)
             for slot, clauses in checks.items()
         }
+        self._checks_by_arrays(self.checks)
         count = len(self._ids)
         key_ids = np.asarray(keys, dtype=np.int64)
         order = np.argsort(key_ids, kind="stable")
@@ -176,6 +177,7 @@ class ColumnarPostings:
         self.few_hits = FEW_HITS
         self._partner_array = partner_ids
         self._slot_array = np.asarray(slots, dtype=np.int64)[order]
+        self._slot_stride = int(self._slot_array.max()) + 1 if slots else 1
         self._start_array = np.searchsorted(sorted_keys, np.arange(count + 1)).astype(np.int64)
         # Views of the same arrays read an item at a time: they hand out plain ints cheaply.
         self._partners = memoryview(self._partner_array)
@@ -236,6 +238,86 @@ class ColumnarPostings:
         return found
 
 
+    def candidates_batch(self, docs: Sequence[AnalyzedDocument]) -> list[list[int]]:
+        """The :meth:`candidates` of each of ``docs``, found for all of them at once.
+
+        Only finding the atoms each document holds is done a document at a time; the postings
+        of all the documents are then gathered and their partners and checks tested in one
+        run of array operations, whose fixed cost is shared by the batch.
+        """
+        if not docs:
+            return []
+        stride = self._everyone + 1
+        # (document, atom) as one sorted code, for membership tests by binary search.
+        held_codes = self._held_codes(docs, stride)
+        atom_docs = held_codes // stride
+        atom_ids = held_codes - atom_docs * stride
+        posting_docs, positions = _runs(self._start_array, atom_ids, atom_docs)
+        partners = self._partner_array[positions]
+        alive = (partners == self._everyone) | _members(held_codes,
+                                                         posting_docs * stride + partners)
+        pairs = _unique(posting_docs[alive] * self._slot_stride
+                        + self._slot_array[positions[alive]])
+        if self.checks:
+            pairs = pairs[self._checks_hold(pairs, held_codes, stride)]
+        pair_docs = pairs // self._slot_stride
+        bounds = np.searchsorted(pair_docs, np.arange(len(docs) + 1)).tolist()
+        slots = (pairs % self._slot_stride).tolist()
+        return [slots[bounds[i]:bounds[i + 1]] for i in range(len(docs))]
+
+    def _held_codes(self, docs: Sequence[AnalyzedDocument], stride: int) -> np.ndarray:
+        """``document index * stride + atom id`` of the atoms each of ``docs`` holds, sorted,
+        each once."""
+        held: list[int] = []
+        counts: list[int] = []
+        for doc in docs:
+            hits = self.held(doc)
+            held.extend(hits)
+            counts.append(len(hits))
+        atom_docs = np.repeat(np.arange(len(docs), dtype=np.int64), counts)
+        codes = atom_docs * stride + np.asarray(held, dtype=np.int64)
+        # Each document's atoms are distinct already: a plain sort keeps them unique.
+        codes.sort()
+        return codes
+
+    def _checks_by_arrays(self, checks: Mapping[int, tuple[tuple[int, ...], ...]]) -> None:
+        """The checks as arrays: the checked slots, sorted; per slot its clauses; per clause
+        its atoms (each run given by start offsets)."""
+        checked = sorted(checks)
+        clause_starts = [0]
+        atom_starts = [0]
+        atoms: list[int] = []
+        for slot in checked:
+            for clause in checks[slot]:
+                atoms.extend(clause)
+                atom_starts.append(len(atoms))
+            clause_starts.append(len(atom_starts) - 1)
+        self._checked_slots = np.asarray(checked, dtype=np.int64)
+        self._clause_starts = np.asarray(clause_starts, dtype=np.int64)
+        self._atom_starts = np.asarray(atom_starts, dtype=np.int64)
+        self._clause_atoms = np.asarray(atoms, dtype=np.int64)
+
+    def _checks_hold(self, pairs: np.ndarray, held_codes: np.ndarray, stride: int) -> np.ndarray:
+        """Whether each (document, slot) pair passes its slot's checks (true when it has none).
+        """
+        slots = pairs % self._slot_stride
+        rows = np.searchsorted(self._checked_slots, slots)
+        rows[rows == len(self._checked_slots)] = 0
+        checked = np.flatnonzero(self._checked_slots[rows] == slots) if len(rows) else rows
+        passed = np.ones(len(pairs), dtype=bool)
+        if not len(checked):
+            return passed
+        # Every clause of every checked pair, then every atom of those clauses.
+        clause_pairs, clauses = _runs(self._clause_starts, rows[checked], checked)
+        clause_ids = np.arange(len(clauses), dtype=np.int64)
+        atom_clauses, atom_positions = _runs(self._atom_starts, clauses, clause_ids)
+        atom_docs = pairs[clause_pairs[atom_clauses]] // self._slot_stride
+        holds = _members(held_codes, atom_docs * stride + self._clause_atoms[atom_positions])
+        clause_holds = np.bincount(atom_clauses[holds], minlength=len(clauses)) > 0
+        failed = np.bincount(clause_pairs[~clause_holds], minlength=len(pairs)) > 0
+        passed[failed] = False
+        return passed
+
     def _posted_by_items(self, hits: set[int]) -> list[int]:
         """The slots posted under ``hits`` whose partner is among them, an item at a time."""
         starts, partners, slots = self._starts, self._partners, self._slots
@@ -268,7 +350,43 @@ class ColumnarPostings:
             survivors = positions[held[self._partner_array[positions]]]
         finally:
             held[held_ids] = False
-        return np.unique(self._slot_array[survivors]).tolist()
+        return _unique(self._slot_array[survivors]).tolist()
+
+
+def _runs(
+    starts: np.ndarray, rows: np.ndarray, owners: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The runs ``starts[row]:starts[row + 1]`` of ``rows`` laid end to end: for each position,
+    the owner of its row and the position itself."""
+    first = starts[rows]
+    counts = starts[rows + 1] - first
+    total = int(counts.sum())
+    if not total:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    ends = np.cumsum(counts)
+    positions = np.arange(total, dtype=np.int64) + np.repeat(first - ends + counts, counts)
+    return np.repeat(owners, counts), positions
+
+
+def _unique(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted, each once (``np.unique`` finds them by hashing first: slower)."""
+    values = np.sort(values)
+    if len(values) > 1:
+        keep = np.empty(len(values), dtype=bool)
+        keep[0] = True
+        np.not_equal(values[1:], values[:-1], out=keep[1:])
+        values = values[keep]
+    return values
+
+
+def _members(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Whether each of ``codes`` is in ``sorted_codes`` (sorted ascending)."""
+    if not len(sorted_codes):
+        return np.zeros(len(codes), dtype=bool)
+    found = np.searchsorted(sorted_codes, codes)
+    found[found == len(sorted_codes)] = 0
+    return sorted_codes[found] == codes
 
 
 def _all_hold(clauses: tuple[tuple[int, ...], ...], hits: set[int]) -> bool:

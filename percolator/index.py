@@ -11,7 +11,7 @@ segment always holds a contiguous range of slots, which is how a slot finds its 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from percolator.analysis import DEFAULT_SCHEMA, AnalyzedDocument, Schema
@@ -166,15 +166,25 @@ class QueryIndex:
 
     def candidates(self, doc: AnalyzedDocument) -> list[RegisteredQuery]:
         """Live queries that could match ``doc``, in slot order."""
-        slots: list[int] = []
+        return self.candidates_batch((doc,))[0]
+
+    def candidates_batch(self, docs: Sequence[AnalyzedDocument]) -> list[list[RegisteredQuery]]:
+        """The :meth:`candidates` of each of ``docs``; segments with flat postings find those
+        of the whole batch at once."""
+        per_doc: list[list[int]] = [[] for _ in docs]
         for sealed in self._sealed:
-            slots.extend(sealed.segment.candidates(doc))
+            for slots, found in zip(per_doc, sealed.segment.candidates_batch(docs), strict=True):
+                slots.extend(found)
         if self._delta.size:
-            slots.extend(self._delta.candidates(doc))
-        slots.sort()
+            for slots, doc in zip(per_doc, docs, strict=True):
+                slots.extend(self._delta.candidates(doc))
         entries = self._entries
-        # Tombstoned slots are no longer in the entries.
-        return [entries[s] for s in slots if s in entries]
+        out: list[list[RegisteredQuery]] = []
+        for slots in per_doc:
+            slots.sort()
+            # Tombstoned slots are no longer in the entries.
+            out.append([entries[s] for s in slots if s in entries])
+        return out
 
     # ------------------------------------------------------------ changing
 

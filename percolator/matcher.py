@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -22,6 +22,9 @@ from query_lang.ast import QueryDecl, SearchNode
 __all__ = ["BatchResult", "BatchStats", "Percolator", "QueryMatch", "match_id"]
 
 _by_name = attrgetter("name")
+
+#: Documents whose candidates :meth:`Percolator.match_batch` selects together.
+SELECTION_BATCH = 256
 
 
 def match_id(name: str, document_id: str) -> str:
@@ -191,15 +194,18 @@ class Percolator:
             )
         return str(value)
 
-    def _match_one(
-        self, document: Mapping[str, Any], document_id: str, stream: str | None
+    def _verify(
+        self,
+        doc: AnalyzedDocument,
+        candidates: list[RegisteredQuery],
+        document_id: str,
+        stream: str | None,
     ) -> tuple[list[QueryMatch], int, int]:
-        """The matches of one document, the queries proposed for it and how many of those the
-        index decided."""
-        doc = AnalyzedDocument(document, self.index.schema)
+        """The matches of one document among its candidates, the candidates verified and how
+        many of those the index decided."""
         found: list[QueryMatch] = []
         verified = decided = 0
-        for entry in self.index.candidates(doc):
+        for entry in candidates:
             if not entry.applies_to(stream):
                 continue
             verified += 1
@@ -226,10 +232,28 @@ class Percolator:
         The document id is ``document_id`` if given, else the document's ``id_field``.
         ``stream`` restricts matching to queries registered for that stream (or for all).
         """
-        found, _, _ = self._match_one(
-            document, self._document_id(document, document_id), stream
+        doc = AnalyzedDocument(document, self.index.schema)
+        found, _, _ = self._verify(
+            doc, self.index.candidates(doc), self._document_id(document, document_id), stream
         )
         return found
+
+    def _analysed_chunks(
+        self, documents: Iterable[Mapping[str, Any]]
+    ) -> Iterator[list[tuple[str, AnalyzedDocument]]]:
+        """``(document id, analysed document)`` of ``documents``, :data:`SELECTION_BATCH` at a
+        time; a document without an id gets its position."""
+        schema = self.index.schema
+        chunk: list[tuple[str, AnalyzedDocument]] = []
+        for position, document in enumerate(documents):
+            value = document.get(self.id_field) if isinstance(document, Mapping) else None
+            document_id = str(position) if value is None else str(value)
+            chunk.append((document_id, AnalyzedDocument(document, schema)))
+            if len(chunk) == SELECTION_BATCH:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
 
     def match_batch(
         self,
@@ -238,18 +262,22 @@ class Percolator:
         stream: str | None = None,
     ) -> BatchResult:
         """Match a batch of documents; a document without an id gets its position in the batch.
+
+        Candidates are selected :data:`SELECTION_BATCH` documents at a time (see
+        :meth:`QueryIndex.candidates_batch`).
         """
         all_matches: list[tuple[QueryMatch, ...]] = []
         per_doc: list[int] = []
         matched = decided = 0
-        for position, document in enumerate(documents):
-            value = document.get(self.id_field) if isinstance(document, Mapping) else None
-            document_id = str(position) if value is None else str(value)
-            found, verified, by_index = self._match_one(document, document_id, stream)
-            all_matches.append(tuple(found))
-            per_doc.append(verified)
-            matched += len(found)
-            decided += by_index
+        for chunk in self._analysed_chunks(documents):
+            docs = [doc for _, doc in chunk]
+            selected = self.index.candidates_batch(docs)
+            for (document_id, doc), candidates in zip(chunk, selected, strict=True):
+                found, verified, by_index = self._verify(doc, candidates, document_id, stream)
+                all_matches.append(tuple(found))
+                per_doc.append(verified)
+                matched += len(found)
+                decided += by_index
         stats = BatchStats(
             documents=len(per_doc),
             candidates_per_doc=tuple(per_doc),

@@ -11,7 +11,7 @@ numeric/time intervals in sorted arrays.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import ahocorasick
@@ -79,6 +79,10 @@ class Segment(ABC):
     @abstractmethod
     def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
         """Slots of the queries in this segment that could match ``doc`` (each once)."""
+
+    def candidates_batch(self, docs: Sequence[AnalyzedDocument]) -> list[Iterable[int]]:
+        """The :meth:`candidates` of each of ``docs``; a segment may find them all at once."""
+        return [self.candidates(doc) for doc in docs]
 
     def _check_open(self) -> None:
         if self.sealed:
@@ -518,6 +522,15 @@ class IndexedSegment(Segment):
             keys = term_keys.get(term, ())
             key_patterns = passes(term)
             known[term] = (keys, key_patterns) if keys or key_patterns else _NOTHING
+
+    def candidates_batch(self, docs: Sequence[AnalyzedDocument]) -> list[Iterable[int]]:
+        if self._columnar is None or len(docs) < 2:
+            return super().candidates_batch(docs)
+        found = self._columnar.candidates_batch(docs)
+        if self._always:
+            for slots in found:
+                slots.extend(self._always)
+        return list(found)
 
     def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
         if self._columnar is not None:

@@ -64,12 +64,15 @@ def expected_candidates(postings, checks, doc) -> list[int]:
 @given(postings_lists, checks_maps, st.lists(documents, min_size=1, max_size=4))
 def test_candidates_equal_direct_evaluation_of_every_posting(postings, checks, document_list):
     columnar = ColumnarPostings(postings, checks)
-    for document in document_list:
-        doc = AnalyzedDocument(document, SCHEMA)
-        expected = expected_candidates(postings, checks, doc)
+    docs = [AnalyzedDocument(document, SCHEMA) for document in document_list]
+    expected = [expected_candidates(postings, checks, doc) for doc in docs]
+    for doc, wanted in zip(docs, expected, strict=True):
         for few_hits in (0, 10**9):  # gathered in array operations, then one at a time
             columnar.few_hits = few_hits
-            assert columnar.candidates(doc) == expected
+            assert columnar.candidates(doc) == wanted
+    # The whole list at once, and with documents repeated (their atoms must not mix).
+    assert columnar.candidates_batch(docs) == expected
+    assert columnar.candidates_batch(docs + docs[::-1]) == expected + expected[::-1]
 
 
 def test_a_pattern_without_a_probe_literal_is_tested_on_every_term():

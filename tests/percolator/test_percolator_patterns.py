@@ -12,6 +12,7 @@ from percolator_support import SCHEMA, VARIANTS, WORDS, baseline, documents, out
 
 from percolator import AnalyzedDocument, IndexedPresearcher, Percolator, Schema
 from percolator import columnar as columnar_module
+from percolator import matcher as matcher_module
 from percolator import presearcher as presearcher_module
 from percolator.evaluate import TERM_EDGE
 from percolator.extract import term_filter
@@ -128,8 +129,10 @@ def _columnar_memory(segment) -> int:
 def test_learned_terms_are_forgotten_past_the_memory(monkeypatch, module, threshold, remembered):
     # Wildcards alone are posted under their pattern atoms, found term by term and remembered;
     # a small memory is emptied and refilled without changing a match. Same for the flat
-    # postings of a columnar segment, which remember the patterns a term passes.
+    # postings of a columnar segment, which remember the patterns a term passes (the terms of
+    # a whole batch of documents at once: two here).
     monkeypatch.setattr(module, "_TERM_MEMORY", 3)
+    monkeypatch.setattr(matcher_module, "SELECTION_BATCH", 2)
     standing = [(f"w{i}", SearchWildcard("title", pattern))
                 for i, pattern in enumerate(["m?rger*", "*yoff*", "acm?", "z*a", "ca?e"])]
     standing.append(("both", parse_search("title:(acme AND *rger)")))
@@ -143,7 +146,7 @@ def test_learned_terms_are_forgotten_past_the_memory(monkeypatch, module, thresh
         assert sealed.segment.patterns.automaton is not None
     for _ in range(2):
         assert outcome(percolator, docs) == outcome(baseline(standing), docs)
-    assert remembered(sealed.segment) <= 3 + 8  # the memory, plus one document's terms
+    assert remembered(sealed.segment) <= 3 + 2 * 8  # the memory, plus one batch's terms
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
