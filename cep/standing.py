@@ -153,9 +153,13 @@ class StandingQueries:
         if percolator is None or not len(percolator) or not events:
             return []
         out: list[dict] = []
-        for event in events:
-            found = percolator.match(event.fields, document_id=event.id, stream=stream)
-            self.documents += 1
+        result = percolator.match_batch(
+            [event.fields for event in events],
+            document_ids=[event.id for event in events],
+            stream=stream,
+        )
+        self.documents += len(events)
+        for event, found in zip(events, result.matches, strict=True):
             for m in found:
                 decl = self._queries[m.name]
                 row = m.to_dict()

@@ -239,19 +239,29 @@ class Percolator:
         return found
 
     def _analysed_chunks(
-        self, documents: Iterable[Mapping[str, Any]]
+        self, documents: Iterable[Mapping[str, Any]], document_ids: Iterable[Any] | None
     ) -> Iterator[list[tuple[str, AnalyzedDocument]]]:
         """``(document id, analysed document)`` of ``documents``, :data:`SELECTION_BATCH` at a
-        time; a document without an id gets its position."""
+        time; ids from ``document_ids``, else the id field, else the position."""
         schema = self.index.schema
+        given = iter(document_ids) if document_ids is not None else None
         chunk: list[tuple[str, AnalyzedDocument]] = []
         for position, document in enumerate(documents):
-            value = document.get(self.id_field) if isinstance(document, Mapping) else None
+            if given is not None:
+                value = next(given, None)
+                if value is None:
+                    raise InvalidDocumentError(
+                        f"document {position} has no id: document_ids is shorter than the batch"
+                    )
+            else:
+                value = document.get(self.id_field) if isinstance(document, Mapping) else None
             document_id = str(position) if value is None else str(value)
             chunk.append((document_id, AnalyzedDocument(document, schema)))
             if len(chunk) == SELECTION_BATCH:
                 yield chunk
                 chunk = []
+        if given is not None and next(given, None) is not None:
+            raise InvalidDocumentError("document_ids is longer than the batch")
         if chunk:
             yield chunk
 
@@ -260,16 +270,18 @@ class Percolator:
         documents: Sequence[Mapping[str, Any]] | Iterable[Mapping[str, Any]],
         *,
         stream: str | None = None,
+        document_ids: Sequence[Any] | None = None,
     ) -> BatchResult:
-        """Match a batch of documents; a document without an id gets its position in the batch.
+        """Match a batch of documents, in order.
 
-        Candidates are selected :data:`SELECTION_BATCH` documents at a time (see
-        :meth:`QueryIndex.candidates_batch`).
+        A document's id is its entry of ``document_ids`` when given (one per document), else
+        its ``id_field``, else its position in the batch. Candidates are selected
+        :data:`SELECTION_BATCH` documents at a time (see :meth:`QueryIndex.candidates_batch`).
         """
         all_matches: list[tuple[QueryMatch, ...]] = []
         per_doc: list[int] = []
         matched = decided = 0
-        for chunk in self._analysed_chunks(documents):
+        for chunk in self._analysed_chunks(documents, document_ids):
             docs = [doc for _, doc in chunk]
             selected = self.index.candidates_batch(docs)
             for (document_id, doc), candidates in zip(chunk, selected, strict=True):

@@ -61,6 +61,12 @@ def test_document_ids(percolator):
     assert percolator.match(doc, document_id=42)[0].document_id == "42"
     result = percolator.match_batch([doc, {"id": "x", "title": "zeta"}, doc])
     assert [[m.document_id for m in found] for found in result.matches] == [["0"], ["x"], ["2"]]
+    given = percolator.match_batch([doc, {"id": "x", "title": "zeta"}], document_ids=[7, "e"])
+    assert [[m.document_id for m in found] for found in given.matches] == [["7"], ["e"]]
+    with pytest.raises(InvalidDocumentError, match="document 1 has no id: document_ids is short"):
+        percolator.match_batch([doc, doc], document_ids=["a"])
+    with pytest.raises(InvalidDocumentError, match="document_ids is longer than the batch"):
+        percolator.match_batch([doc], document_ids=["a", "b"])
     custom = Percolator(SCHEMA, id_field="uuid")
     custom.add("z", parse_search("zeta"))
     assert custom.match({"uuid": "u-1", "title": "zeta"})[0].document_id == "u-1"
