@@ -178,12 +178,12 @@ class QueryIndex:
         if self._delta.size:
             for slots, doc in zip(per_doc, docs, strict=True):
                 slots.extend(self._delta.candidates(doc))
-        entries = self._entries
+        entry = self._entries.get
         out: list[list[RegisteredQuery]] = []
         for slots in per_doc:
             slots.sort()
             # Tombstoned slots are no longer in the entries.
-            out.append([entries[s] for s in slots if s in entries])
+            out.append([e for e in map(entry, slots) if e is not None])
         return out
 
     # ------------------------------------------------------------ changing

@@ -23,8 +23,11 @@ __all__ = ["BatchResult", "BatchStats", "Percolator", "QueryMatch", "match_id"]
 
 _by_name = attrgetter("name")
 
-#: Documents whose candidates :meth:`Percolator.match_batch` selects together.
-SELECTION_BATCH = 256
+#: Documents whose candidates :meth:`Percolator.match_batch` selects together. Enough to share
+#: the fixed cost of the array operations of flat segments; few enough that a document's
+#: analysis is still in the CPU caches when it is verified (at 256, 10k needle queries ran
+#: 20% slower).
+SELECTION_BATCH = 32
 
 
 def match_id(name: str, document_id: str) -> str:
