@@ -237,7 +237,6 @@ class ColumnarPostings:
             found.append(slot)
         return found
 
-
     def candidates_batch(self, docs: Sequence[AnalyzedDocument]) -> list[list[int]]:
         """The :meth:`candidates` of each of ``docs``, found for all of them at once.
 
@@ -303,7 +302,7 @@ class ColumnarPostings:
         slots = pairs % self._slot_stride
         rows = np.searchsorted(self._checked_slots, slots)
         rows[rows == len(self._checked_slots)] = 0
-        checked = np.flatnonzero(self._checked_slots[rows] == slots) if len(rows) else rows
+        checked = np.flatnonzero(self._checked_slots[rows] == slots)
         passed = np.ones(len(pairs), dtype=bool)
         if not len(checked):
             return passed

@@ -29,6 +29,9 @@ _by_name = attrgetter("name")
 #: 20% slower).
 SELECTION_BATCH = 32
 
+# What an exhausted ``document_ids`` gives (None is an id left out: the position stands in).
+_NO_ID = object()
+
 
 def match_id(name: str, document_id: str) -> str:
     """Deterministic id of the match of query ``name`` on document ``document_id``.
@@ -251,8 +254,8 @@ class Percolator:
         chunk: list[tuple[str, AnalyzedDocument]] = []
         for position, document in enumerate(documents):
             if given is not None:
-                value = next(given, None)
-                if value is None:
+                value = next(given, _NO_ID)
+                if value is _NO_ID:
                     raise InvalidDocumentError(
                         f"document {position} has no id: document_ids is shorter than the batch"
                     )
@@ -263,7 +266,7 @@ class Percolator:
             if len(chunk) == SELECTION_BATCH:
                 yield chunk
                 chunk = []
-        if given is not None and next(given, None) is not None:
+        if given is not None and next(given, _NO_ID) is not _NO_ID:
             raise InvalidDocumentError("document_ids is longer than the batch")
         if chunk:
             yield chunk
@@ -277,9 +280,10 @@ class Percolator:
     ) -> BatchResult:
         """Match a batch of documents, in order.
 
-        A document's id is its entry of ``document_ids`` when given (one per document), else
-        its ``id_field``, else its position in the batch. Candidates are selected
-        :data:`SELECTION_BATCH` documents at a time (see :meth:`QueryIndex.candidates_batch`).
+        A document's id is its entry of ``document_ids`` when given (one per document; None
+        for none), else its ``id_field``; without one, its position in the batch. Candidates
+        are selected :data:`SELECTION_BATCH` documents at a time (see
+        :meth:`QueryIndex.candidates_batch`).
         """
         all_matches: list[tuple[QueryMatch, ...]] = []
         per_doc: list[int] = []

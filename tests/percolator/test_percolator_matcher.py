@@ -61,8 +61,9 @@ def test_document_ids(percolator):
     assert percolator.match(doc, document_id=42)[0].document_id == "42"
     result = percolator.match_batch([doc, {"id": "x", "title": "zeta"}, doc])
     assert [[m.document_id for m in found] for found in result.matches] == [["0"], ["x"], ["2"]]
-    given = percolator.match_batch([doc, {"id": "x", "title": "zeta"}], document_ids=[7, "e"])
-    assert [[m.document_id for m in found] for found in given.matches] == [["7"], ["e"]]
+    given = percolator.match_batch([doc, {"id": "x", "title": "zeta"}, doc],
+                                   document_ids=[7, "e", None])
+    assert [[m.document_id for m in found] for found in given.matches] == [["7"], ["e"], ["2"]]
     with pytest.raises(InvalidDocumentError, match="document 1 has no id: document_ids is short"):
         percolator.match_batch([doc, doc], document_ids=["a"])
     with pytest.raises(InvalidDocumentError, match="document_ids is longer than the batch"):
