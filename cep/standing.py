@@ -66,7 +66,7 @@ class StandingQueries:
                 compiled.append((decl, MetricOperator(metric)))
             else:
                 for stream in decl.streams:  # fails early on a query the index would reject
-                    compile_query(decl.match, _schema(streams[stream]))
+                    compile_query(decl.match, query_schema(streams[stream]))
                 compiled.append((decl, decl.match))
         return compiled
 
@@ -96,7 +96,7 @@ class StandingQueries:
         from percolator import Percolator
 
         if stream not in self._percolators:
-            self._percolators[stream] = Percolator(_schema(decl))
+            self._percolators[stream] = Percolator(query_schema(decl))
         return self._percolators[stream]
 
     def reads(self, stream: str) -> bool:
@@ -169,7 +169,7 @@ class StandingQueries:
         return out
 
 
-def _schema(decl: ast.StreamDecl) -> Any:
+def query_schema(decl: ast.StreamDecl) -> Any:
     """The percolator schema of a stream: declared field types; times arrive as epoch ms."""
     from percolator import Schema
 
