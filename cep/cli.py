@@ -52,6 +52,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         files = len({e.file for e in errors})
         print(f"{len(errors)} error(s) in {files} file(s)", file=sys.stderr)
         return EXIT_ERRORS
+    from cep.standing import query_warnings
+
+    for warning in query_warnings(program):
+        print(warning.render(), file=sys.stderr)
     counts = (
         f"{len(program.rules)} rule(s), {len(program.queries)} query(ies), "
         f"{len(program.metrics)} metric(s), {len(program.streams)} stream(s)"

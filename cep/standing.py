@@ -169,6 +169,32 @@ class StandingQueries:
         return out
 
 
+def query_warnings(program: Any) -> list[Any]:
+    """``query`` blocks the percolator's index cannot help: those that require nothing a
+    document must contain (verified against every document of their streams, as the
+    always-run bucket counts them) and those that can never match."""
+    from percolator import compile_query
+    from percolator.extract import extract
+    from query_lang.errors import VigilWarning
+
+    found = []
+    for decl in program.queries.values():
+        for stream in decl.streams:
+            requirement = extract(compile_query(decl.match, query_schema(program.streams[stream])))
+            if requirement.always:
+                message = (
+                    f"query '{decl.name}' requires no term, value or field a document must "
+                    f"contain: it is verified against every '{stream}' event, outside the index"
+                )
+            elif requirement.never:
+                message = f"query '{decl.name}' can never match a '{stream}' event"
+            else:
+                continue
+            source = program.sources.get(decl.span.file) if decl.span else None
+            found.append(VigilWarning(message, decl.span, source))
+    return found
+
+
 def query_schema(decl: ast.StreamDecl) -> Any:
     """The percolator schema of a stream: declared field types; times arrive as epoch ms."""
     from percolator import Schema

@@ -50,9 +50,12 @@ class VigilError(Exception):
             return self.span.file
         return f"{self.span.file}:{self.span.line}:{self.span.column}"
 
+    #: How ``render`` labels it.
+    label = "error"
+
     def render(self) -> str:
         """The error as printed by ``vigil check``: location, message, source line, caret."""
-        head = f"{self.location()}: error: {self.message}"
+        head = f"{self.location()}: {self.label}: {self.message}"
         text = source_line(self.source, self.line)
         if text is None:
             return head
@@ -71,6 +74,12 @@ def source_line(source: str | None, line: int) -> str | None:
     if line > len(lines):
         return None
     return lines[line - 1].replace("\t", " ")
+
+
+class VigilWarning(VigilError):
+    """Valid input that probably does not do what its author wants; reported, never fatal."""
+
+    label = "warning"
 
 
 class VigilSyntaxError(VigilError, SyntaxError):

@@ -60,3 +60,27 @@ def test_format_prints_canonical_text(capsys):
     assert main(["format", "examples/trading.vigil"]) == 0
     out = capsys.readouterr().out
     assert "pattern start down+ up+" in out and "contiguity strict" in out
+
+
+def test_check_warns_about_queries_the_index_cannot_help(tmp_path, capsys):
+    rules = tmp_path / "queries.vigil"
+    rules.write_text(
+        "stream news (id string, title text, source string, ts timestamp) time ts\n"
+        "stream wire (id string, title text, source string, ts timestamp) time ts\n"
+        'query not_tabloid "anything but tabloids"\n  from news\n  match NOT source:tabloid\n'
+        'query fine "indexed"\n  from news, wire\n  match title:acme AND NOT source:tabloid\n'
+        'query empty "no word in it"\n  from wire\n  match title:"!!!"\n',
+        encoding="utf-8",
+    )
+    assert main(["check", str(rules)]) == 0  # warnings never fail the check
+    captured = capsys.readouterr()
+    assert captured.out.startswith("ok: 1 file(s), 0 rule(s), 3 query(ies)")
+    warnings = [line for line in captured.err.splitlines() if ": warning: " in line]
+    assert warnings == [
+        f"{rules}:3:1: warning: query 'not_tabloid' requires no term, value or field a "
+        "document must contain: it is verified against every 'news' event, outside the index",
+        f"{rules}:9:1: warning: query 'empty' can never match a 'wire' event",
+    ]
+    assert 'query not_tabloid "anything but tabloids"\n  ^' in captured.err
+    assert main(["check", "examples/"]) == 0
+    assert capsys.readouterr().err == ""
