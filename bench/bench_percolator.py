@@ -38,7 +38,7 @@ from percolator import (  # noqa: E402
     Selectivity,
     analyze_text,
 )
-from percolator.extract import clear_shared_clauses  # noqa: E402
+from percolator.evaluate import shared  # noqa: E402
 from query_lang.ast import (  # noqa: E402
     SearchAnd,
     SearchCompare,
@@ -297,9 +297,9 @@ def presearch_rate(percolator: Percolator, docs: list[dict[str, Any]]) -> float:
 
 def memory_per_query(generator: QueryGenerator, selectivity: Selectivity, count: int) -> float:
     queries = generator.queries(count)
-    # One-atom clauses are shared through a table the earlier runs filled: start it empty, so
+    # Repeated values are shared through a table the earlier runs filled: start it empty, so
     # what these queries put in it counts.
-    clear_shared_clauses()
+    shared.clear()
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import re2
 
@@ -55,6 +55,7 @@ __all__ = [
     "NotMatch",
     "PatternMatch",
     "RangeMatch",
+    "SharedValues",
     "TermMatch",
     "TermPattern",
     "compile_query",
@@ -62,6 +63,7 @@ __all__ = [
     "explain",
     "field_predicate",
     "glob_pattern",
+    "shared",
 ]
 
 #: ``field -> [[start, end], ...]`` character offsets of the matched terms, sorted.
@@ -70,8 +72,46 @@ Highlights = dict[str, list[list[int]]]
 #: Frames a term in the strings the substring automaton runs over; never inside a text term.
 TERM_EDGE = "\x1e"
 
+_V = TypeVar("_V")
+
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
+
+
+class SharedValues:
+    """One object for each distinct immutable value passed through it: what a million standing
+    queries repeat (word tuples, one-atom requirement clauses) is stored once. Emptied when it
+    holds ``limit`` values, so it stays bounded; values already handed out stay valid.
+
+    Examples
+    --------
+    >>> share = SharedValues(limit=2)
+    >>> a = share(("acme",)); b = share(tuple(["acme"]))
+    >>> a is b
+    True
+    """
+
+    __slots__ = ("_table", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self._table: dict[Any, Any] = {}
+        self.limit = limit
+
+    def __call__(self, value: _V) -> _V:
+        found = self._table.get(value)
+        if found is None:
+            if len(self._table) >= self.limit:
+                self._table.clear()
+            found = self._table[value] = value
+        return found
+
+    def clear(self) -> None:
+        """Forget every value (for measuring memory from a clean start)."""
+        self._table.clear()
+
+
+#: The values the compiled queries and their requirements share.
+shared = SharedValues(limit=1 << 20)
 
 
 def _field_label(field: str | None) -> str:
@@ -152,13 +192,13 @@ class TermMatch(Matcher):
         self.field = field
         self.text = text
         self.phrase = phrase
-        # Standing queries repeat words: one string per distinct word, however many queries
-        # hold it (interned strings are freed with their last query).
-        self.words = tuple(map(sys.intern, analyze_text(text)))
+        # Standing queries repeat words: one string and one tuple per distinct word sequence,
+        # however many queries hold it (interned strings are freed with their last query).
+        self.words = shared(tuple(map(sys.intern, analyze_text(text))))
         number = parse_number(text)
         spelled = None if number is None else canonical_keyword(number)
         # A tuple of one or two, not a set: a frozenset costs 216 bytes per leaf.
-        self.keywords = (text,) if spelled is None or spelled == text else (text, spelled)
+        self.keywords = shared((text,) if spelled is None or spelled == text else (text, spelled))
 
     def _matches_field(self, doc: AnalyzedDocument, name: str) -> bool:
         terms = doc.terms(name)
@@ -880,7 +920,7 @@ def _merge_spans(spans: set[tuple[int, int]]) -> list[list[int]]:
     return merged
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CompiledQuery:
     """A search query compiled against a schema: decide, highlight, explain."""
 

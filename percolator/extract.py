@@ -35,6 +35,7 @@ from percolator.evaluate import (
     TermPattern,
     glob_pattern,
     regex_literals,
+    shared,
 )
 
 __all__ = [
@@ -44,7 +45,6 @@ __all__ = [
     "Clause",
     "Requirement",
     "Selectivity",
-    "clear_shared_clauses",
     "extract",
     "term_filter",
 ]
@@ -185,7 +185,7 @@ class Selectivity:
 DEFAULT_SELECTIVITY = Selectivity()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Requirement:
     """A conjunction of clauses, each a disjunction of atoms, that every match satisfies.
 
@@ -268,25 +268,10 @@ def disjunction(parts: Iterable[Requirement], selectivity: Selectivity) -> Requi
     return Requirement(_absorb(product), exact)
 
 
-#: One shared clause per atom: the requirements of a million standing queries repeat the same
-#: atoms, and a frozenset costs 216 bytes. Emptied when full, so its size stays bounded.
-_SINGLE_CLAUSES: dict[Atom, Clause] = {}
-_SINGLE_CLAUSES_MAX = 1 << 20
-
-
-def clear_shared_clauses() -> None:
-    """Empty the table of shared one-atom clauses (requirements keep theirs); for measuring
-    memory from a clean start."""
-    _SINGLE_CLAUSES.clear()
-
-
 def _single_clause(atom: Atom) -> Clause:
-    clause = _SINGLE_CLAUSES.get(atom)
-    if clause is None:
-        if len(_SINGLE_CLAUSES) >= _SINGLE_CLAUSES_MAX:
-            _SINGLE_CLAUSES.clear()
-        clause = _SINGLE_CLAUSES[atom] = frozenset((atom,))
-    return clause
+    # The requirements of a million standing queries repeat the same atoms, and a frozenset
+    # costs 216 bytes: one shared clause per atom.
+    return shared(frozenset((atom,)))
 
 
 def _atom_requirement(atoms: Iterable[Atom], exact: bool = False) -> Requirement:

@@ -29,7 +29,7 @@ from query_lang.ast import SearchNode
 __all__ = ["IndexStats", "QueryIndex", "RegisteredQuery"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RegisteredQuery:
     """A standing query as stored: its name, source, compiled form, streams and requirement.
 

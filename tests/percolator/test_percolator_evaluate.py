@@ -21,10 +21,12 @@ from percolator.evaluate import (
     AllMatch,
     AnyMatch,
     NotMatch,
+    SharedValues,
     _merge_spans,
     regex_literals,
     wildcard_segments,
 )
+from percolator.extract import extract
 from query_lang import parse_search
 from query_lang.ast import SearchAnd, SearchCompare, SearchRange, SearchTerm
 
@@ -277,3 +279,20 @@ def test_highlights_follow_their_definition(query, document, schema):
     _reference_spans(compiled.root, doc, spans)
     expected = {name: _merge_spans(found) for name, found in sorted(spans.items()) if found}
     assert compiled.highlights(doc) == expected
+
+
+def test_standing_queries_share_their_repeated_values():
+    first = compile_query(parse_search("title:acme AND body:acme"), SCHEMA)
+    second = compile_query(parse_search("body:acme AND title:zeta"), SCHEMA)
+    leaves = [*first.root.clauses, *second.root.clauses]
+    assert leaves[0].words == ("acme",) and leaves[1].words is leaves[0].words
+    assert leaves[2].words is leaves[0].words and leaves[2].keywords is leaves[0].keywords
+    body = frozenset({("term", "body", "acme")})
+    [a] = [c for c in extract(first).clauses if c == body]
+    [b] = [c for c in extract(second).clauses if c == body]
+    assert a is b
+    share = SharedValues(limit=2)
+    x, y = share(("x",)), share(("y",))
+    assert share(tuple("x")) is x and share(tuple("y")) is y
+    z = share(("z",))  # full: emptied, then holds the new value alone
+    assert share(("z",)) is z and share(tuple("x")) is not x
