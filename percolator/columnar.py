@@ -335,14 +335,10 @@ class ColumnarPostings:
     def _posted_by_arrays(self, hits: set[int]) -> list[int]:
         """The same as :meth:`_posted_by_items` in array operations, for many hits."""
         held_ids = np.fromiter(hits, dtype=np.int64, count=len(hits))
-        starts = self._start_array[held_ids]
-        counts = self._start_array[held_ids + 1] - starts
-        total = int(counts.sum())
-        if not total:
-            return []
         # Each held key's run of postings, laid end to end.
-        ends = np.cumsum(counts)
-        positions = np.arange(total, dtype=np.int64) + np.repeat(starts - ends + counts, counts)
+        _, positions = _runs(self._start_array, held_ids, held_ids)
+        if not len(positions):
+            return []
         held = self._held
         held[held_ids] = True
         try:
