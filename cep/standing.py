@@ -126,6 +126,21 @@ class StandingQueries:
                 out.extend(self._metrics[name].process_batch(view))
         return out
 
+    def match_events(self, events: list[Event]) -> list[tuple[Event, dict]]:
+        """The query matches of on-time ``events`` of any streams, in event order, each with
+        its event. Runs of consecutive events of one stream are matched as one batch (see
+        :meth:`~percolator.Percolator.match_batch`); metrics are not fed."""
+        out: list[tuple[Event, dict]] = []
+        start = 0
+        while start < len(events):
+            stream = events[start].stream
+            end = start + 1
+            while end < len(events) and events[end].stream == stream:
+                end += 1
+            out.extend(self._matches(stream, events[start:end]))
+            start = end
+        return out
+
     def wants_documents(self, stream: str) -> bool:
         return stream in self._percolators and len(self._percolators[stream]) > 0
 
@@ -149,10 +164,13 @@ class StandingQueries:
         return out
 
     def _match(self, stream: str, events: list[Event]) -> list[dict]:
+        return [row for _, row in self._matches(stream, events)]
+
+    def _matches(self, stream: str, events: list[Event]) -> list[tuple[Event, dict]]:
         percolator = self._percolators.get(stream)
         if percolator is None or not len(percolator) or not events:
             return []
-        out: list[dict] = []
+        out: list[tuple[Event, dict]] = []
         result = percolator.match_batch(
             [event.fields for event in events],
             document_ids=[event.id for event in events],
@@ -160,12 +178,14 @@ class StandingQueries:
         )
         self.documents += len(events)
         for event, found in zip(events, result.matches, strict=True):
+            if not found:
+                continue
+            when = iso_ms(event.ts)
             for m in found:
                 decl = self._queries[m.name]
                 row = m.to_dict()
-                when = iso_ms(event.ts)
                 row.update(stream=stream, severity=decl.severity, start=when, end=when)
-                out.append(row)
+                out.append((event, row))
         return out
 
 

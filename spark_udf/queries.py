@@ -81,28 +81,30 @@ def query_outputs(
         query_decls, stream_decls, bound, column, key = shipped
         standing, schemas = _index(key, query_decls, stream_decls)
         for frame in frames:
-            rows: list[dict[str, Any]] = []
             seqs = frame[SEQ_COLUMN].tolist() if SEQ_COLUMN in frame else range(len(frame))
+            accepted = []
             for seq, text in zip(seqs, frame[column].tolist(), strict=True):
                 try:
                     raw = json.loads(text)
                     schema = stream_of(raw, bound, schemas)
                     if not standing.wants_documents(schema.name):
                         continue
-                    event = schema.normalise(raw, seq=int(seq), position=int(seq))
+                    accepted.append(schema.normalise(raw, seq=int(seq), position=int(seq)))
                 except (BadEventError, ValueError, TypeError, AttributeError):
                     continue
+            # One batch per run of a stream's events: candidates are selected many at a time.
+            rows: list[dict[str, Any]] = []
+            for event, match in standing.match_events(accepted):
                 when = pd.Timestamp(event.ts, unit="ms")
-                for match in standing.accept(event):
-                    rows.append({
-                        "kind": "query",
-                        "name": match["name"],
-                        "match_id": match["match_id"],
-                        "key": json.dumps({"document_id": match["document_id"]}),
-                        "payload": json.dumps(match, separators=(",", ":"), default=str),
-                        "start": when,
-                        "end": when,
-                    })
+                rows.append({
+                    "kind": "query",
+                    "name": match["name"],
+                    "match_id": match["match_id"],
+                    "key": json.dumps({"document_id": match["document_id"]}),
+                    "payload": json.dumps(match, separators=(",", ":"), default=str),
+                    "start": when,
+                    "end": when,
+                })
             yield pd.DataFrame(rows, columns=[name for name, _ in OUTPUT_COLUMNS])
 
     return events.mapInPandas(match_partition, schema=OUTPUT_SCHEMA)

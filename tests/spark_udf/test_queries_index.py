@@ -20,3 +20,38 @@ def test_a_worker_builds_the_index_once_per_set_of_queries():
     changed, _ = queries._index("v2", changed_decls, changed_streams)
     assert changed is not first and list(queries._INDEXES) == ["v2"]
     assert changed.names == ["globex"] and first.names == ["acme"]
+
+
+MIXED = """
+stream news (id string, title text, ts timestamp) time ts
+stream posts (id string, body text, ts timestamp) time ts
+query acme from news match title:acme
+query acme_posts from posts match body:acme OR body:globex
+query layoffs from news, posts match layoff*
+"""
+
+
+def test_a_worker_matches_interleaved_streams_in_event_order_as_one_event_at_a_time():
+    decls, streams = queries._queries(MIXED)
+    standing, schemas = queries._index("mixed", decls, streams)
+    rows = [
+        ("news", {"id": "n1", "title": "ACME layoffs", "ts": 1}),
+        ("news", {"id": "n2", "title": "nothing here", "ts": 2}),
+        ("posts", {"id": "p1", "body": "globex and acme", "ts": 3}),
+        ("news", {"id": "n3", "title": "acme again", "ts": 4}),
+        ("posts", {"id": "p2", "body": "layoffs at globex", "ts": 5}),
+        ("posts", {"id": "p3", "body": "quiet", "ts": 6}),
+    ]
+    events = [
+        schemas[name].normalise({"stream": name, **fields}, seq=i, position=i)
+        for i, (name, fields) in enumerate(rows)
+    ]
+    batched = standing.match_events(events)
+    one_by_one = [(event, match) for event in events for match in standing.accept(event)]
+    assert [(e.id, m["name"]) for e, m in batched] == [
+        ("n1", "acme"), ("n1", "layoffs"), ("p1", "acme_posts"), ("n3", "acme"),
+        ("p2", "acme_posts"), ("p2", "layoffs"),
+    ]
+    assert [(e.id, m) for e, m in batched] == [(e.id, m) for e, m in one_by_one]
+    assert batched[1][1]["highlights"] == {"title": [[5, 12]]}
+    assert standing.match_events([]) == []
