@@ -9,22 +9,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from cep.engine import Engine
-from cep.events import BadEventError, stream_of
+from cep.events import STREAM_FIELD, BadEventError, EventReason, dead_letter, stream_of
 from query_lang import ast
 from query_lang.printer import print_declaration
-from spark_udf.batch import SEQ_COLUMN
+from spark_udf.batch import END_MARK_STREAM, SEQ_COLUMN
 from spark_udf.operator import OUTPUT_SCHEMA
-from spark_udf.records import OUTPUT_COLUMNS
+from spark_udf.records import dead_letter_record, records_frame
 from spark_udf.sources import EVENT_COLUMN
 
-__all__ = ["query_names", "query_outputs"]
+__all__ = ["frame_outputs", "query_names", "query_outputs"]
 
 
 def _queries(program: Any) -> tuple[list[ast.QueryDecl], dict[str, ast.StreamDecl]]:
@@ -62,49 +63,120 @@ def query_names(program: Any) -> list[str]:
 
 
 def query_outputs(
-    events: DataFrame, program: Any, *, json_col: str = EVENT_COLUMN, stream: str | None = None
+    events: DataFrame,
+    program: Any,
+    *,
+    json_col: str = EVENT_COLUMN,
+    stream: str | None = None,
+    operator_streams: Collection[str] = (),
 ) -> DataFrame | None:
     """Query matches of ``events`` (``_seq`` and a JSON-text column, as the Vigil sources give),
-    in the operator's output schema; ``None`` when the program has no query.
+    in the operator's output schema, with the dead letters of the rows no keyed operator checks.
 
-    Events that do not parse or validate produce nothing here: the rule operator dead-letters
-    them once, with the reason.
+    ``operator_streams`` names the streams whose events a keyed operator over the same input
+    (:func:`spark_udf.detect_specs`) validates and dead-letters itself; their bad events are not
+    reported twice here. Reported here, like the embedded engine does, are: rows whose stream is
+    missing or undeclared; events of the other streams that do not fit their stream; and, when
+    no keyed operator runs (``operator_streams`` empty), rows that are not JSON objects.
+
+    Returns ``None`` when the program has no query and every row goes to a keyed operator (a
+    program of one stream, all of it checked there, with nothing left to report here).
     """
     decls, streams = _queries(program)
-    if not decls:
-        return None
+    checked = frozenset(operator_streams)
+    if not decls and stream is not None and stream in checked:
+        return None  # every row is the bound stream's, which the keyed operator checks
+    if not decls and stream is None:
+        # Only rows outside the keyed operator's streams need a look: filtered in the JVM.
+        named = F.get_json_object(F.col(json_col), f"$.{STREAM_FIELD}")
+        outside = ~named.isin(sorted(checked)) if checked else F.lit(True)
+        if len(streams) == 1 and set(streams) <= checked:
+            events = events.where(named.isNotNull() & outside)  # no name: the one stream's
+        else:
+            events = events.where(named.isNull() | outside)
+        events = events.where(named.isNull() | (named != F.lit(END_MARK_STREAM)))
     text = "\n".join(print_declaration(d) for d in [*streams.values(), *decls])
     fingerprint = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    shipped = (tuple(decls), streams, stream, json_col, fingerprint)
+    shipped = (tuple(decls), streams, stream, json_col, fingerprint, checked)
 
     def match_partition(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        query_decls, stream_decls, bound, column, key = shipped
+        query_decls, stream_decls, bound, column, key, checked_streams = shipped
         standing, schemas = _index(key, query_decls, stream_decls)
         for frame in frames:
-            seqs = frame[SEQ_COLUMN].tolist() if SEQ_COLUMN in frame else range(len(frame))
-            accepted = []
-            for seq, text in zip(seqs, frame[column].tolist(), strict=True):
-                try:
-                    raw = json.loads(text)
-                    schema = stream_of(raw, bound, schemas)
-                    if not standing.wants_documents(schema.name):
-                        continue
-                    accepted.append(schema.normalise(raw, seq=int(seq), position=int(seq)))
-                except (BadEventError, ValueError, TypeError, AttributeError):
-                    continue
-            # One batch per run of a stream's events: candidates are selected many at a time.
-            rows: list[dict[str, Any]] = []
-            for event, match in standing.match_events(accepted):
-                when = pd.Timestamp(event.ts, unit="ms")
-                rows.append({
-                    "kind": "query",
-                    "name": match["name"],
-                    "match_id": match["match_id"],
-                    "key": json.dumps({"document_id": match["document_id"]}),
-                    "payload": json.dumps(match, separators=(",", ":"), default=str),
-                    "start": when,
-                    "end": when,
-                })
-            yield pd.DataFrame(rows, columns=[name for name, _ in OUTPUT_COLUMNS])
+            yield records_frame(frame_outputs(
+                frame, standing, schemas, column=column, bound=bound, checked=checked_streams
+            ))
 
     return events.mapInPandas(match_partition, schema=OUTPUT_SCHEMA)
+
+
+def frame_outputs(
+    frame: pd.DataFrame,
+    standing: Any,
+    schemas: Mapping[str, Any],
+    *,
+    column: str = EVENT_COLUMN,
+    bound: str | None = None,
+    checked: Collection[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """Output records (see :func:`spark_udf.records.records_frame`) of one frame of rows:
+    the query matches of its events and the dead letters of the rows no keyed operator checks
+    (``checked`` names the streams one does); what a worker of :func:`query_outputs` runs.
+    """
+    checked_streams = frozenset(checked)
+    seqs = frame[SEQ_COLUMN].tolist() if SEQ_COLUMN in frame else range(len(frame))
+    accepted = []
+    letters: list[dict[str, Any]] = []
+    for seq, text in zip(seqs, frame[column].tolist(), strict=True):
+        letter = None
+        try:
+            raw = json.loads(text) if isinstance(text, str) else None
+        except ValueError as exc:
+            letter = dead_letter(EventReason.INVALID_JSON, f"not valid JSON: {exc}",
+                                 line=seq, raw=text)
+            raw = None
+        if not isinstance(raw, dict):
+            if not checked_streams:
+                letters.append(letter or dead_letter(
+                    EventReason.NOT_AN_OBJECT, "expected a JSON object", line=seq,
+                    raw=text if isinstance(text, str) else None,
+                ))
+            continue
+        named = raw.get(STREAM_FIELD)
+        if named == END_MARK_STREAM:
+            continue  # the source's end-of-input mark, not an event
+        try:
+            schema = stream_of(raw, bound, schemas)
+        except BadEventError as exc:  # no keyed operator sees these rows
+            letters.append(dead_letter(
+                exc.reason, exc.detail, line=seq,
+                stream=named if isinstance(named, str) else None, event=raw,
+            ))
+            continue
+        checked_here = schema.name not in checked_streams
+        if not checked_here and not standing.wants_documents(schema.name):
+            continue
+        try:
+            event = schema.normalise(raw, seq=int(seq), position=int(seq))
+        except BadEventError as exc:
+            if checked_here:
+                letters.append(dead_letter(
+                    exc.reason, exc.detail, line=seq, stream=schema.name, event=raw,
+                ))
+            continue
+        if standing.wants_documents(event.stream):
+            accepted.append(event)
+    rows = [dead_letter_record(letter) for letter in letters]
+    # One batch per run of a stream's events: candidates are selected many at a time.
+    for event, match in standing.match_events(accepted):
+        when = int(event.ts)
+        rows.append({
+            "kind": "query",
+            "name": match["name"],
+            "match_id": match["match_id"],
+            "key": json.dumps({"document_id": match["document_id"]}),
+            "payload": json.dumps(match, separators=(",", ":"), default=str),
+            "start_ms": when,
+            "end_ms": when,
+        })
+    return rows

@@ -186,7 +186,12 @@ def run_spark(
     if not isinstance(program, ProcessorSpec | Sequence) or isinstance(program, str) or (
         isinstance(program, Sequence) and not all(isinstance(p, ProcessorSpec) for p in program)
     ):
-        queries = query_outputs(events, program, json_col=EVENT_COLUMN, stream=stream)
+        # Queries, and the dead letters of rows no keyed operator checks (undeclared streams,
+        # streams only queries read), from one stateless pass.
+        checked = {name for spec in specs for name in spec.key_cols}
+        queries = query_outputs(
+            events, program, json_col=EVENT_COLUMN, stream=stream, operator_streams=checked
+        )
         if queries is not None:
             outputs = queries if outputs is None else outputs.unionByName(queries)
             skipped = [name for name in skipped if name not in set(query_names(program))]

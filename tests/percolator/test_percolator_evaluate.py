@@ -296,3 +296,10 @@ def test_standing_queries_share_their_repeated_values():
     assert share(tuple("x")) is x and share(tuple("y")) is y
     z = share(("z",))  # full: emptied, then holds the new value alone
     assert share(("z",)) is z and share(tuple("x")) is not x
+
+
+def test_a_conjunction_failing_inside_a_disjunction_leaves_no_highlights():
+    # acme matches before zeta fails: its span must not reach the disjunction's highlights.
+    compiled = compile_query(parse_search("(title:acme AND title:zeta) OR title:merger"), SCHEMA)
+    doc = AnalyzedDocument({"title": "acme merger"}, SCHEMA)
+    assert compiled.highlights(doc) == {"title": [[5, 11]]}

@@ -3,6 +3,10 @@ change (no JVM needed)."""
 
 from __future__ import annotations
 
+import json
+
+import pandas as pd
+
 from spark_udf import queries
 
 PROGRAM = """
@@ -55,3 +59,47 @@ def test_a_worker_matches_interleaved_streams_in_event_order_as_one_event_at_a_t
     assert [(e.id, m) for e, m in batched] == [(e.id, m) for e, m in one_by_one]
     assert batched[1][1]["highlights"] == {"title": [[5, 12]]}
     assert standing.match_events([]) == []
+
+
+CHECKED = """
+stream news (id string, title text, views int, ts timestamp) time ts
+stream txn (card_id string, amount float, ts timestamp) time ts
+query acme from news match title:acme
+rule big from txn by card_id pattern b define b as amount > 100
+"""
+ROWS = [
+    '{"stream": "news", "id": "d1", "title": "ACME merger", "views": 3, "ts": 1767225600}',
+    '{"stream": "news", "id": "d2", "title": "ACME again", "views": "lots", "ts": 1767225601}',
+    "not json at all",
+    '{"stream": "txn", "card_id": "c1", "amount": "many", "ts": 1767225602}',
+    '{"stream": "nope", "x": 1, "ts": 1767225603}',
+    '{"id": "d3", "title": "acme", "ts": 1767225604}',
+    '["an", "array"]',
+    '{"stream": "_vigil_end"}',
+    '{"stream": "txn", "card_id": "c1", "amount": 500, "ts": 1767225605}',
+]
+
+
+def _frame_letters(program: str, checked: frozenset[str]) -> tuple[list, list]:
+    decls, streams = queries._queries(program)
+    standing, schemas = queries._index(program, decls, streams)
+    frame = pd.DataFrame({"_seq": range(len(ROWS)), "_event": ROWS})
+    rows = queries.frame_outputs(frame, standing, schemas, checked=checked)
+    letters = [json.loads(r["payload"]) for r in rows if r["kind"] == "dead_letter"]
+    matches = [(json.loads(r["payload"])["document_id"], r["start_ms"]) for r in rows
+               if r["kind"] == "query"]
+    return [(d["reason"], d["line"]) for d in letters], matches
+
+
+def test_a_worker_dead_letters_the_rows_no_keyed_operator_checks():
+    # The rule operator checks txn (and reports rows that are not JSON objects): the worker
+    # reports the rest, so that together they lose no bad row.
+    letters, matches = _frame_letters(CHECKED, frozenset({"txn"}))
+    assert letters == [("wrong_type", 1), ("unknown_stream", 4), ("no_stream", 5)]
+    assert matches == [("d1", 1767225600000)]
+    # Alone (a program of queries only), it reports every bad row, as the embedded engine.
+    alone, _ = _frame_letters(CHECKED, frozenset())
+    assert alone == [
+        ("wrong_type", 1), ("invalid_json", 2), ("wrong_type", 3), ("unknown_stream", 4),
+        ("no_stream", 5), ("not_an_object", 6),
+    ]

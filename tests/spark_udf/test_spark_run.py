@@ -14,6 +14,7 @@ import time
 import pytest
 
 from cep.engine import Engine
+from cep.events import BadEventError, parse_json_line
 from spark_udf import read_outputs
 from spark_udf.rules import detect_specs, processor_specs
 from spark_udf.run import run_spark
@@ -182,3 +183,44 @@ def test_interrupt_kill_and_resume_lose_and_duplicate_nothing(tmp_path):
     assert len(got) == len({m["match_id"] for m in got}), "a match was written twice"
     assert _ids(got) == _ids(expected)
     assert len(expected) > 40
+
+
+BAD_ROWS = [
+    '{"stream": "news", "id": "d1", "title": "ACME merger", "views": 3, "ts": 1767225600}',
+    '{"stream": "news", "id": "d2", "title": "ACME again", "views": "lots", "ts": 1767225601}',
+    "not json at all",
+    '{"stream": "txn", "card_id": "c1", "amount": "many", "ts": 1767225602}',
+    '{"stream": "nope", "x": 1, "ts": 1767225603}',
+    '{"id": "d3", "title": "acme", "ts": 1767225604}',
+    '{"stream": "txn", "card_id": "c1", "amount": 500, "ts": 1767225605}',
+]
+NEWS = "stream news (id string, title text, views int, ts timestamp) time ts\n"
+TXN = "stream txn (card_id string, amount float, ts timestamp) time ts\n"
+ACME = "query acme from news match title:acme\n"
+BIG = "rule big from txn by card_id pattern b define b as amount > 100\n"
+
+
+@pytest.mark.parametrize("program", [NEWS + TXN + ACME + BIG, NEWS + TXN + ACME, NEWS + TXN + BIG],
+                         ids=["rules-and-queries", "queries-only", "rules-only"])
+def test_run_spark_dead_letters_every_bad_row_the_embedded_engine_does(spark, tmp_path, program):
+    rules = tmp_path / "p.vigil"
+    rules.write_text(program)
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(BAD_ROWS) + "\n")
+    summary = run_spark(str(rules), str(events), out=str(tmp_path / "out"),
+                        dead_letter=str(tmp_path / "dead"), spark=spark)
+    engine = Engine()
+    engine.register(str(rules))
+    expected = []
+    for line, text in enumerate(BAD_ROWS):  # as the CLI feeds a file (lines counted from 0)
+        try:
+            engine.feed(parse_json_line(text), line=line, position=line)
+        except BadEventError as exc:
+            expected.append((exc.reason, line))
+    engine.close()
+    expected = sorted(expected + [(d["reason"], d["line"]) for d in engine.dead_letters()])
+    assert len(expected) == 5
+    got = sorted((d["reason"], d["line"]) for d in read_outputs(str(tmp_path / "dead")))
+    assert got == expected and summary.dead_letters == len(expected)
+    wanted = sorted(m["match_id"] for m in engine.drain())
+    assert sorted(m["match_id"] for m in read_outputs(str(tmp_path / "out"))) == wanted
