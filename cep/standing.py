@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events import Event
+from cep.events import STREAM_FIELD, Event
 from cep.eventtime import iso_ms
 from query_lang import ast
 
@@ -190,15 +190,24 @@ class StandingQueries:
 
 
 def query_warnings(program: Any) -> list[Any]:
-    """``query`` blocks the percolator's index cannot help: those that require nothing a
-    document must contain (verified against every document of their streams, as the
-    always-run bucket counts them) and those that can never match."""
+    """``query`` blocks that probably do not do what their author wants: those that search a
+    field their stream does not declare (read as a keyword, per the open schema: often a typo),
+    those that require nothing a document must contain (verified against every document of
+    their streams, as the always-run bucket counts them) and those that can never match."""
     from percolator import compile_query
     from percolator.extract import extract
     from query_lang.errors import VigilWarning
 
     found = []
     for decl in program.queries.values():
+        source = program.sources.get(decl.span.file) if decl.span else None
+        for leaf, stream in _undeclared_fields(decl, program.streams):
+            found.append(VigilWarning(
+                f"query '{decl.name}' searches field '{leaf.field}', which stream '{stream}' "
+                "does not declare: it is read from the events as a keyword field, if they carry "
+                "it (check the spelling, or declare it)",
+                leaf.span, source,
+            ))
         for stream in decl.streams:
             requirement = extract(compile_query(decl.match, query_schema(program.streams[stream])))
             if requirement.always:
@@ -210,8 +219,33 @@ def query_warnings(program: Any) -> list[Any]:
                 message = f"query '{decl.name}' can never match a '{stream}' event"
             else:
                 continue
-            source = program.sources.get(decl.span.file) if decl.span else None
             found.append(VigilWarning(message, decl.span, source))
+    return found
+
+
+def _undeclared_fields(
+    decl: ast.QueryDecl, streams: Mapping[str, ast.StreamDecl]
+) -> list[tuple[Any, str]]:
+    """``(leaf, stream)`` for each leaf of the query naming a field one of its streams does not
+    declare (the ``stream`` field and the stream's id field are always there; a dotted name,
+    a field of a nested object, cannot be declared)."""
+    leaves: list[Any] = []
+    pending: list[Any] = [decl.match]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.SearchAnd | ast.SearchOr):
+            pending.extend(reversed(node.clauses))
+        elif isinstance(node, ast.SearchNot):
+            pending.append(node.clause)
+        elif getattr(node, "field", None) is not None and "." not in node.field:
+            leaves.append(node)
+    found = []
+    for leaf in leaves:
+        for stream in decl.streams:
+            schema = streams[stream]
+            known = leaf.field in (STREAM_FIELD, schema.id_field or "id")
+            if not known and schema.field_type(leaf.field) is None:
+                found.append((leaf, stream))
     return found
 
 

@@ -84,3 +84,26 @@ def test_check_warns_about_queries_the_index_cannot_help(tmp_path, capsys):
     assert 'query not_tabloid "anything but tabloids"\n  ^' in captured.err
     assert main(["check", "examples/"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_check_warns_about_queries_searching_undeclared_fields(tmp_path, capsys):
+    rules = tmp_path / "fields.vigil"
+    rules.write_text(
+        "stream news (id string, title text, ts timestamp) time ts\n"
+        "stream wire (id string, title text, tilte text, ts timestamp) time ts\n"
+        "query typo from news, wire\n"
+        "  match title:acme AND (tilte:merger OR user.name:bob) AND NOT stream:wire\n"
+        "query fine from news match id:d1 OR _exists_:title\n",
+        encoding="utf-8",
+    )
+    assert main(["check", str(rules)]) == 0
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if ": warning: " in line]
+    # Only news lacks 'tilte'; a nested field cannot be declared; stream and id always exist.
+    assert warnings == [
+        f"{rules}:4:25: warning: query 'typo' searches field 'tilte', which stream 'news' does "
+        "not declare: it is read from the events as a keyword field, if they carry it (check "
+        "the spelling, or declare it)",
+    ]
+    snippet = "    match title:acme AND (tilte:merger OR user.name:bob) AND NOT stream:wire\n"
+    assert snippet + " " * 26 + "^\n" in err  # the caret under the field
