@@ -71,6 +71,7 @@ class StandingQueries:
         return compiled
 
     def add(self, compiled: list[tuple[ast.Node, Any]], streams: Mapping[str, ast.StreamDecl]):
+        per_stream: dict[str, list[tuple[str, Any, tuple[str]]]] = {}
         for decl, value in compiled:
             if isinstance(decl, ast.MetricDecl):
                 self._metrics[decl.name] = value
@@ -79,7 +80,15 @@ class StandingQueries:
             else:
                 self._queries[decl.name] = decl
                 for stream in decl.streams:
-                    self._percolator(stream, streams[stream]).add(decl.name, value, (stream,))
+                    per_stream.setdefault(stream, []).append((decl.name, value, (stream,)))
+        for stream, batch in per_stream.items():
+            percolator = self._percolator(stream, streams[stream])
+            if len(batch) == 1:
+                percolator.add(*batch[0])  # into the live delta: no segment for one query
+            else:
+                # A program's queries go in as one segment: matching then probes one index
+                # rather than the log of segments that adding them one by one leaves.
+                percolator.add_many(batch)
 
     def remove(self, name: str) -> None:
         if name in self._queries:

@@ -364,6 +364,7 @@ class AnalyzedDocument:
     __slots__ = (
         "source", "schema", "_values", "_kinds", "_terms", "_tokens", "_positions",
         "_numbers", "_times", "_default_fields", "_joined", "_plain", "_offsets", "_spaced",
+        "_frameable",
     )
 
     def __init__(self, source: Mapping[str, Any], schema: Schema = DEFAULT_SCHEMA) -> None:
@@ -387,6 +388,7 @@ class AnalyzedDocument:
         self._plain: dict[str, tuple[str, list[str], str] | None] = {}
         self._offsets: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self._spaced: dict[str, str | None] = {}
+        self._frameable: dict[str, bool] = {}
         self._default_fields: tuple[str, ...] | None = None
 
     def fields(self) -> tuple[str, ...]:
@@ -608,13 +610,19 @@ class AnalyzedDocument:
     def frameable(self, name: str) -> bool:
         """Whether no term of field ``name`` holds the frame character, so that
         :meth:`joined_terms` splits back into exactly the terms (true for every text field)."""
-        if name == DEFAULT_FIELD:
-            return all(self.frameable(f) for f in self.default_fields())
-        if self.kind(name) == TEXT:
-            return True
-        # The frame character occurs once more than there are terms, unless a term holds it.
-        joined = self.joined_terms(name)
-        return joined.count("\x1e") == len(self.terms(name)) + 1 if joined else True
+        found = self._frameable.get(name)
+        if found is None:
+            if name == DEFAULT_FIELD:
+                found = all(self.frameable(f) for f in self.default_fields())
+            elif self.kind(name) == TEXT:
+                found = True
+            else:
+                # The frame character occurs once more than there are terms, unless a term
+                # holds it.
+                joined = self.joined_terms(name)
+                found = joined.count("\x1e") == len(self.terms(name)) + 1 if joined else True
+            self._frameable[name] = found
+        return found
 
     def tokens(self, name: str) -> tuple[Token, ...]:
         """Every token of field ``name`` in order, with positions and character offsets."""

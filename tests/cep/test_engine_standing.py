@@ -87,3 +87,23 @@ def test_unregister_a_query_keeps_the_others():
                  "ts": T0})
     engine.close()
     assert [m for m in engine.drain() if m["kind"] == "query"] == []
+
+
+def test_a_programs_queries_are_indexed_as_one_segment_and_later_ones_live():
+    queries = "\n".join(
+        f"query q{i} from news match title:w{i} AND views >= {i}" for i in range(300)
+    )
+    engine = Engine()
+    engine.register(PROGRAM + queries)
+    index = engine._standing._percolators["news"]
+    stats = index.stats()
+    # One segment for the 301 queries registered together (not the log of segments adding them
+    # one by one leaves, each probed for every document), nothing in the live delta.
+    assert (stats.queries, stats.segments, stats.delta) == (301, 1, 0)
+    engine.register("query late from news match title:w7")
+    assert (index.stats().segments, index.stats().delta) == (1, 1)
+    engine.feed({"stream": "news", "id": "d1", "title": "w7 acme", "source": "wire",
+                 "views": 50, "ts": T0})
+    engine.close()
+    found = sorted(m["name"] for m in engine.drain() if m["kind"] == "query")
+    assert found == ["acme", "late", "q7"]
