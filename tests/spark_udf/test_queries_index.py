@@ -3,11 +3,21 @@ change (no JVM needed)."""
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pandas as pd
+import pytest
 
 from spark_udf import queries
+
+
+@pytest.fixture(autouse=True)
+def _collectable_again():
+    # Building an index freezes what the process holds (as a Spark worker wants); the rest of
+    # the test session keeps a normal collector.
+    yield
+    gc.unfreeze()
 
 PROGRAM = """
 stream news (id string, title text, ts timestamp) time ts
@@ -24,6 +34,7 @@ def test_a_worker_builds_the_index_once_per_set_of_queries():
     changed, _ = queries._index("v2", changed_decls, changed_streams)
     assert changed is not first and list(queries._INDEXES) == ["v2"]
     assert changed.names == ["globex"] and first.names == ["acme"]
+    assert gc.get_freeze_count() > 0  # the worker's index is out of the collector's way
 
 
 MIXED = """
