@@ -264,6 +264,16 @@ class QueryGenerator:
         return [(f"q{i}", make(), ()) for i in range(count)]
 
 
+def split_corpus(
+    corpus: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The corpus shuffled (seed 7) and halved: queries come from the first half (training),
+    matched documents from the second (testing)."""
+    shuffled = corpus[:]
+    random.Random(7).shuffle(shuffled)
+    return shuffled[: len(shuffled) // 2], shuffled[len(shuffled) // 2:]
+
+
 # ---------------------------------------------------------------- measuring
 
 
@@ -334,10 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     corpus, source = load_corpus()
-    rng = random.Random(7)
-    shuffled = corpus[:]
-    rng.shuffle(shuffled)
-    training, testing = shuffled[: len(shuffled) // 2], shuffled[len(shuffled) // 2:]
+    training, testing = split_corpus(corpus)
     docs = testing[: args.docs]
     words_per_doc = sum(len(analyze_text(d["title"] + " " + d["body"])) for d in docs) / len(docs)
     print(f"corpus: {len(corpus)} packages from {source}; {len(docs)} test documents, "

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_percolator import QueryGenerator, load_corpus  # noqa: E402
+from bench_percolator import QueryGenerator, load_corpus, split_corpus  # noqa: E402
 
 from cep.events import StreamSchema  # noqa: E402
 from query_lang import ast, parse  # noqa: E402
@@ -90,10 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=3000)
     args = parser.parse_args(argv)
     corpus, source = load_corpus()
-    rng = random.Random(7)
-    shuffled = corpus[:]
-    rng.shuffle(shuffled)
-    training, testing = shuffled[: len(shuffled) // 2], shuffled[len(shuffled) // 2:]
+    training, testing = split_corpus(corpus)
     print(f"corpus: {len(corpus)} packages from {source}", flush=True)
     for size in args.sizes:
         measure(size, args.workload, training, testing, args.events)

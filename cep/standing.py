@@ -238,22 +238,15 @@ def _undeclared_fields(
     """``(leaf, stream)`` for each leaf of the query naming a field one of its streams does not
     declare (the ``stream`` field and the stream's id field are always there; a dotted name,
     a field of a nested object, cannot be declared)."""
-    leaves: list[Any] = []
-    pending: list[Any] = [decl.match]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.SearchAnd | ast.SearchOr):
-            pending.extend(reversed(node.clauses))
-        elif isinstance(node, ast.SearchNot):
-            pending.append(node.clause)
-        elif getattr(node, "field", None) is not None and "." not in node.field:
-            leaves.append(node)
     found = []
-    for leaf in leaves:
+    for leaf in ast.search_leaves(decl.match):
+        field = getattr(leaf, "field", None)
+        if field is None or "." in field:
+            continue
         for stream in decl.streams:
             schema = streams[stream]
-            known = leaf.field in (STREAM_FIELD, schema.id_field or "id")
-            if not known and schema.field_type(leaf.field) is None:
+            known = field in (STREAM_FIELD, schema.id_field or "id")
+            if not known and schema.field_type(field) is None:
                 found.append((leaf, stream))
     return found
 

@@ -6,6 +6,7 @@ parsed from printed text compares equal to the tree it was printed from.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal as TypingLiteral
 from typing import Union
@@ -285,6 +286,18 @@ SearchNode = Union[
     SearchTerm, SearchPhrase, SearchPrefix, SearchWildcard, SearchRegex, SearchRange,
     SearchCompare, SearchExists, SearchAnd, SearchOr, SearchNot,
 ]
+
+
+def search_leaves(node: SearchNode) -> Iterator[SearchNode]:
+    """The leaves of a search expression (terms, phrases, patterns, ranges...), in order,
+    including those under NOT."""
+    if isinstance(node, SearchAnd | SearchOr):
+        for clause in node.clauses:
+            yield from search_leaves(clause)
+    elif isinstance(node, SearchNot):
+        yield from search_leaves(node.clause)
+    else:
+        yield node
 
 # ---------------------------------------------------------------- patterns
 

@@ -330,7 +330,7 @@ class Checker:
         self._check_notify(q)
 
     def _check_search(self, node: ast.SearchNode, fields: dict[str, str]) -> None:
-        for leaf in _search_leaves(node):
+        for leaf in ast.search_leaves(node):
             if isinstance(leaf, ast.SearchRegex):
                 self._check_regex(leaf.pattern, leaf)
             if isinstance(leaf, ast.SearchCompare | ast.SearchRange):
@@ -529,7 +529,7 @@ class Checker:
         elif t not in (T.STRING, T.LIST):
             self.error(VigilTypeError, f"search() needs a string or text field, "
                                        f"'{e.field}' is {T.describe(t)}", e)
-        for leaf in _search_leaves(e.query):
+        for leaf in ast.search_leaves(e.query):
             if isinstance(leaf, ast.SearchRegex):
                 self._check_regex(leaf.pattern, e)
         return T.BOOL
@@ -819,16 +819,6 @@ def _nested_absences(p: ast.Pattern) -> Iterator[ast.PatAbsent]:
             for node in _pattern_nodes(item):
                 if isinstance(node, ast.PatAbsent):
                     yield node
-
-
-def _search_leaves(node: ast.SearchNode) -> Iterator[ast.SearchNode]:
-    if isinstance(node, ast.SearchAnd | ast.SearchOr):
-        for c in node.clauses:
-            yield from _search_leaves(c)
-    elif isinstance(node, ast.SearchNot):
-        yield from _search_leaves(node.clause)
-    else:
-        yield node
 
 
 def _has_aggregate(e: ast.Expr) -> bool:

@@ -92,15 +92,15 @@ def query_outputs(
     missing or undeclared; events of the other streams that do not fit their stream; and, when
     no keyed operator runs (``operator_streams`` empty), rows that are not JSON objects.
 
-    Returns ``None`` when the program has no query and every row goes to a keyed operator (a
-    program of one stream, all of it checked there, with nothing left to report here).
+    Returns ``None`` when the program has no query and the input is bound (``stream``) to a
+    stream the keyed operator checks: nothing can be left to report. Without queries, only the
+    rows naming no stream or another stream than those are read (filtered in the JVM).
     """
     decls, streams = _queries(program)
     checked = frozenset(operator_streams)
     if not decls and stream is not None and stream in checked:
         return None  # every row is the bound stream's, which the keyed operator checks
     if not decls and stream is None:
-        # Only rows outside the keyed operator's streams need a look: filtered in the JVM.
         named = F.get_json_object(F.col(json_col), f"$.{STREAM_FIELD}")
         outside = ~named.isin(sorted(checked)) if checked else F.lit(True)
         if len(streams) == 1 and set(streams) <= checked:

@@ -11,6 +11,19 @@ from typing import Any
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 EVENT_SCHEMA = "stream string, k string, ts long, kind string, _seq long"
 
+# Input rows for the dead-letter tests: one good event per stream of a program declaring
+# ``news`` (id, title text, views int, ts) and ``txn`` (card_id, amount float, ts), and every
+# kind of bad row: a wrong type in each stream, no JSON, an undeclared stream, no stream.
+BAD_ROWS = [
+    '{"stream": "news", "id": "d1", "title": "ACME merger", "views": 3, "ts": 1767225600}',
+    '{"stream": "news", "id": "d2", "title": "ACME again", "views": "lots", "ts": 1767225601}',
+    "not json at all",
+    '{"stream": "txn", "card_id": "c1", "amount": "many", "ts": 1767225602}',
+    '{"stream": "nope", "x": 1, "ts": 1767225603}',
+    '{"id": "d3", "title": "acme", "ts": 1767225604}',
+    '{"stream": "txn", "card_id": "c1", "amount": 500, "ts": 1767225605}',
+]
+
 
 def random_events(
     seed: int, n: int, *, keys: int = 6, step_ms: int = 400, jitter_ms: int = 1_000

@@ -8,6 +8,7 @@ import json
 
 import pandas as pd
 import pytest
+from spark_support import BAD_ROWS
 
 from spark_udf import queries
 
@@ -78,17 +79,8 @@ stream txn (card_id string, amount float, ts timestamp) time ts
 query acme from news match title:acme
 rule big from txn by card_id pattern b define b as amount > 100
 """
-ROWS = [
-    '{"stream": "news", "id": "d1", "title": "ACME merger", "views": 3, "ts": 1767225600}',
-    '{"stream": "news", "id": "d2", "title": "ACME again", "views": "lots", "ts": 1767225601}',
-    "not json at all",
-    '{"stream": "txn", "card_id": "c1", "amount": "many", "ts": 1767225602}',
-    '{"stream": "nope", "x": 1, "ts": 1767225603}',
-    '{"id": "d3", "title": "acme", "ts": 1767225604}',
-    '["an", "array"]',
-    '{"stream": "_vigil_end"}',
-    '{"stream": "txn", "card_id": "c1", "amount": 500, "ts": 1767225605}',
-]
+# The bad rows of a file, a row that is JSON but no object, the source's end-of-input mark.
+ROWS = [*BAD_ROWS, '["an", "array"]', '{"stream": "_vigil_end"}']
 
 
 def _frame_letters(program: str, checked: frozenset[str]) -> tuple[list, list]:
@@ -112,5 +104,5 @@ def test_a_worker_dead_letters_the_rows_no_keyed_operator_checks():
     alone, _ = _frame_letters(CHECKED, frozenset())
     assert alone == [
         ("wrong_type", 1), ("invalid_json", 2), ("wrong_type", 3), ("unknown_stream", 4),
-        ("no_stream", 5), ("not_an_object", 6),
+        ("no_stream", 5), ("not_an_object", 7),
     ]

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from spark_support import BAD_ROWS
 
 from cep.engine import Engine
 from cep.events import BadEventError, parse_json_line
@@ -185,15 +186,6 @@ def test_interrupt_kill_and_resume_lose_and_duplicate_nothing(tmp_path):
     assert len(expected) > 40
 
 
-BAD_ROWS = [
-    '{"stream": "news", "id": "d1", "title": "ACME merger", "views": 3, "ts": 1767225600}',
-    '{"stream": "news", "id": "d2", "title": "ACME again", "views": "lots", "ts": 1767225601}',
-    "not json at all",
-    '{"stream": "txn", "card_id": "c1", "amount": "many", "ts": 1767225602}',
-    '{"stream": "nope", "x": 1, "ts": 1767225603}',
-    '{"id": "d3", "title": "acme", "ts": 1767225604}',
-    '{"stream": "txn", "card_id": "c1", "amount": 500, "ts": 1767225605}',
-]
 NEWS = "stream news (id string, title text, views int, ts timestamp) time ts\n"
 TXN = "stream txn (card_id string, amount float, ts timestamp) time ts\n"
 ACME = "query acme from news match title:acme\n"
