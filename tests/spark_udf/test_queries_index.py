@@ -8,8 +8,12 @@ import json
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from spark_support import BAD_ROWS
 
+from cep.engine import Engine
+from cep.events import BadEventError, parse_json_line
 from spark_udf import queries
 
 
@@ -106,3 +110,54 @@ def test_a_worker_dead_letters_the_rows_no_keyed_operator_checks():
         ("wrong_type", 1), ("invalid_json", 2), ("wrong_type", 3), ("unknown_stream", 4),
         ("no_stream", 5), ("not_an_object", 7),
     ]
+
+
+# CHECKED with a query on the stream the rule operator checks as well.
+BOTH = CHECKED + "query cheap from txn match amount < 5\n"
+# Row shapes of a JSON-lines input for its two streams, good and bad.
+SHAPES = [
+    '{{"stream": "news", "id": "n{i}", "title": "acme {i}", "views": {i}, "ts": {ts}}}',
+    '{{"stream": "news", "id": "n{i}", "title": "nothing", "ts": {ts}}}',
+    '{{"stream": "news", "id": "n{i}", "title": "acme", "views": "many", "ts": {ts}}}',
+    '{{"stream": "news", "id": "n{i}", "title": ["acme"], "ts": {ts}}}',
+    '{{"stream": "txn", "card_id": "c{i}", "amount": {i}.5, "ts": {ts}}}',
+    '{{"stream": "txn", "card_id": "c{i}", "amount": "x", "ts": {ts}}}',
+    '{{"stream": "txn", "amount": 3.0, "ts": "not a time"}}',
+    '{{"stream": "wire", "id": "w{i}", "ts": {ts}}}',
+    '{{"stream": 7, "ts": {ts}}}',
+    '{{"id": "x{i}", "title": "acme", "ts": {ts}}}',
+    "not json {i}",
+    "[{i}]",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, len(SHAPES) - 1), max_size=40), st.booleans())
+def test_a_worker_reports_what_the_embedded_engine_does_minus_the_operators_part(shapes, rules):
+    rows = [SHAPES[s].format(i=i, ts=1_767_225_600 + i) for i, s in enumerate(shapes)]
+    checked = frozenset({"txn"}) if rules else frozenset()
+    decls, streams = queries._queries(BOTH)
+    standing, schemas = queries._index(BOTH, decls, streams)
+    frame = pd.DataFrame({"_seq": range(len(rows)), "_event": rows})
+    out = queries.frame_outputs(frame, standing, schemas, checked=checked)
+    got = [(r["name"], json.loads(r["payload"])["line"]) for r in out
+           if r["kind"] == "dead_letter"]
+
+    engine = Engine()
+    engine.register(BOTH)
+    expected = []
+    for line, text in enumerate(rows):
+        try:
+            raw = parse_json_line(text)
+        except BadEventError as exc:
+            if not checked:  # the keyed operator reports rows that are not JSON objects
+                expected.append((exc.reason, line))
+            continue
+        before = len(engine.dead_letters())
+        engine.feed(raw, line=line, position=line)
+        for letter in engine.dead_letters()[before:]:
+            if raw.get("stream") not in checked:  # nor the bad events of its streams
+                expected.append((letter["reason"], line))
+    assert sorted(got) == sorted(expected)
+    wanted = sorted(m["match_id"] for m in engine.drain() if m["kind"] == "query")
+    assert sorted(r["match_id"] for r in out if r["kind"] == "query") == wanted
