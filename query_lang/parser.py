@@ -128,11 +128,15 @@ def parse_recovering(text: str, path: str = "<string>") -> tuple[ast.Module, lis
     """
     declarations: list[ast.Declaration] = []
     errors: list[VigilError] = []
+    line_offset = counted = 0
     for start, end in _block_bounds(text):
         chunk = text[start:end]
         if not chunk.strip() or _only_comments(chunk):
             continue
-        line_offset = text.count("\n", 0, start)
+        # Lines before the block, counted on from the previous block (not from the top of the
+        # file each time: that made loading n blocks quadratic).
+        line_offset += text.count("\n", counted, start)
+        counted = start
         try:
             declarations.extend(_parse_start(chunk, path, line_offset, text))
         except VigilError as err:
@@ -205,8 +209,10 @@ def _syntax_error(
     if isinstance(err, UnexpectedToken):
         token = err.token
         if token.type == "$END":
-            # point just past the last non-blank character
+            # point just past the last character that is neither blank nor in a comment line
             stripped = text.rstrip()
+            while stripped and stripped.rsplit("\n", 1)[-1].lstrip().startswith("#"):
+                stripped = stripped.rsplit("\n", 1)[0].rstrip() if "\n" in stripped else ""
             line = stripped.count("\n") + 1 + line_offset
             column = len(stripped.rsplit("\n", 1)[-1]) + 1
             found = "end of the block"

@@ -15,6 +15,7 @@ from query_lang import (
     load_program,
     parse,
 )
+from query_lang.parser import parse_recovering
 
 
 def test_render_shows_location_line_and_caret():
@@ -51,6 +52,22 @@ def test_every_block_is_reported_after_a_syntax_error():
         (3, "VigilNameError"),
         (4, "VigilSyntaxError"),
     ]
+
+
+def test_lines_count_on_across_blocks_comments_and_blank_lines():
+    # Each block's lines are counted on from the previous block's start; comment-only and
+    # blank stretches between blocks still count. A block that ends too early is reported
+    # after its last token, not after the comment lines that follow it.
+    text = (
+        "stream s (a int, ts timestamp) time ts\n\n"
+        "# a comment block\n# of two lines\n\n"
+        + "".join(f"query q{i} from s match a:{i}\n\n" for i in range(3))
+        + "rule bad from s pattern\n"
+        + "\n# trailing\nquery last from s match a:1 AND (\n"
+    )
+    module, errors = parse_recovering(text, "f.vigil")
+    assert [d.span.line for d in module.declarations] == [1, 6, 8, 10]
+    assert [(e.line, e.span.column) for e in errors] == [(12, 24), (15, 34)]
 
 
 def test_load_program_raises_with_all_errors():
