@@ -208,9 +208,12 @@ def query_warnings(program: Any) -> list[Any]:
     from query_lang.errors import VigilWarning
 
     found = []
+    # Program.streams rebuilds its table from every declaration: looked up once, not per query.
+    streams = program.streams
+    schemas = {name: query_schema(decl) for name, decl in streams.items()}
     for decl in program.queries.values():
         source = program.sources.get(decl.span.file) if decl.span else None
-        for leaf, stream in _undeclared_fields(decl, program.streams):
+        for leaf, stream in _undeclared_fields(decl, streams):
             found.append(VigilWarning(
                 f"query '{decl.name}' searches field '{leaf.field}', which stream '{stream}' "
                 "does not declare: it is read from the events as a keyword field, if they carry "
@@ -218,7 +221,7 @@ def query_warnings(program: Any) -> list[Any]:
                 leaf.span, source,
             ))
         for stream in decl.streams:
-            requirement = extract(compile_query(decl.match, query_schema(program.streams[stream])))
+            requirement = extract(compile_query(decl.match, schemas[stream]))
             if requirement.always:
                 message = (
                     f"query '{decl.name}' requires no term, value or field a document must "
