@@ -48,7 +48,7 @@ from cep.standing import StandingQueries
 from query_lang import ast
 from query_lang.errors import ErrorList, IncludeError, VigilError, VigilNameError
 
-__all__ = ["Engine", "EngineStats", "load_list"]
+__all__ = ["Engine", "EngineStats", "load_declarations", "load_list"]
 
 BLOOM_THRESHOLD = 100_000
 """Lists with more values than this are held in a Bloom filter instead of a set."""
@@ -240,7 +240,7 @@ class Engine:
             When the text does not parse or check, a list file cannot be read, or a rule with
             the same name is already registered.
         """
-        new_decls = _load_declarations(source, self._declarations)
+        new_decls = load_declarations(source, self._declarations)
         streams = dict(self._streams)
         lists = dict(self._lists)
         errors: list[VigilError] = []
@@ -1186,8 +1186,11 @@ def _search_hook() -> Any:
 # ---------------------------------------------------------------------- program loading
 
 
-def _load_declarations(source: Any, known: Sequence[ast.Declaration]) -> list[ast.Declaration]:
-    """Parse and check what :meth:`Engine.register` was given, against what is registered.
+def load_declarations(
+    source: Any, known: Sequence[ast.Declaration] = ()
+) -> list[ast.Declaration]:
+    """Parse and check what :meth:`Engine.register` was given, against what is registered
+    (``known``), compiling nothing: for callers that need a program's declarations only.
 
     Files are loaded with their includes. Semantic checks run over the earlier registrations
     plus the new declarations, so a rule file may use streams registered before it; earlier

@@ -17,7 +17,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cep.engine import Engine
+from cep.engine import load_declarations
 from cep.events import STREAM_FIELD, BadEventError, EventReason, dead_letter, stream_of
 from query_lang import ast
 from query_lang.printer import print_declaration
@@ -30,10 +30,11 @@ __all__ = ["frame_outputs", "query_names", "query_outputs"]
 
 
 def _queries(program: Any) -> tuple[list[ast.QueryDecl], dict[str, ast.StreamDecl]]:
-    engine = Engine()
-    engine.register(program)
-    decls = [d for d in engine.declarations if isinstance(d, ast.QueryDecl)]
-    return decls, dict(engine.streams)
+    # Parsed and checked only: the driver needs the declarations, not an index of them (which
+    # each worker builds; at 100k queries, ~12 s per build saved on the driver).
+    declarations = load_declarations(program)
+    decls = [d for d in declarations if isinstance(d, ast.QueryDecl)]
+    return decls, {d.name: d for d in declarations if isinstance(d, ast.StreamDecl)}
 
 
 #: Rows of a partition's frame matched and handed back together (see ``query_outputs``).
