@@ -59,7 +59,7 @@ def measure(size: int, workload: str, training: list, testing: list, events: int
     frame = pd.DataFrame({"_seq": range(len(rows)), "_event": rows})
     checked = [schemas["pkg"].normalise(json.loads(r), seq=i, position=i)
                for i, r in enumerate(rows)]
-    percolator = standing._percolators["pkg"]
+    percolator = standing.index("pkg")
     fields = [event.fields for event in checked]
     chunk = queries.ROWS_PER_CHUNK
     for _ in range(2):

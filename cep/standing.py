@@ -31,6 +31,8 @@ class StandingQueries:
     def __init__(self, lateness_ms: int | None = None) -> None:
         self.lateness_ms = lateness_ms
         self._percolators: dict[str, Any] = {}  # stream -> Percolator for that stream's schema
+        # stream -> (its declaration, the queries registered for it but not yet indexed)
+        self._pending: dict[str, tuple[ast.StreamDecl, list[tuple[str, Any, tuple[str]]]]] = {}
         self._queries: dict[str, ast.QueryDecl] = {}
         self._metrics: dict[str, Any] = {}  # name -> MetricOperator
         self._metric_streams: dict[str, list[str]] = {}  # stream -> metric names
@@ -71,7 +73,9 @@ class StandingQueries:
         return compiled
 
     def add(self, compiled: list[tuple[ast.Node, Any]], streams: Mapping[str, ast.StreamDecl]):
-        per_stream: dict[str, list[tuple[str, Any, tuple[str]]]] = {}
+        """Register compiled declarations. Queries are indexed when their stream's first
+        document comes (:meth:`index`): registering costs no index build where none is used
+        (a Spark driver, a program only listed) and a program's queries go in together."""
         for decl, value in compiled:
             if isinstance(decl, ast.MetricDecl):
                 self._metrics[decl.name] = value
@@ -80,33 +84,43 @@ class StandingQueries:
             else:
                 self._queries[decl.name] = decl
                 for stream in decl.streams:
-                    per_stream.setdefault(stream, []).append((decl.name, value, (stream,)))
-        for stream, batch in per_stream.items():
-            percolator = self._percolator(stream, streams[stream])
+                    _, pending = self._pending.setdefault(stream, (streams[stream], []))
+                    pending.append((decl.name, value, (stream,)))
+
+    def index(self, stream: str) -> Any:
+        """The percolator of ``stream``'s queries (None if it has none), with every query
+        registered so far indexed."""
+        from percolator import Percolator
+
+        waiting = self._pending.pop(stream, None)
+        if waiting is not None:
+            decl, batch = waiting
+            percolator = self._percolators.get(stream)
+            if percolator is None:
+                percolator = self._percolators[stream] = Percolator(query_schema(decl))
             if len(batch) == 1:
                 percolator.add(*batch[0])  # into the live delta: no segment for one query
             else:
-                # A program's queries go in as one segment: matching then probes one index
-                # rather than the log of segments that adding them one by one leaves.
+                # Queries registered together go in as one segment: matching then probes one
+                # index rather than the log of segments that adding them one by one leaves.
                 percolator.add_many(batch)
+        return self._percolators.get(stream)
+
+    def build(self) -> None:
+        """Index every registered query now (see :meth:`index`)."""
+        for stream in list(self._pending):
+            self.index(stream)
 
     def remove(self, name: str) -> None:
         if name in self._queries:
             decl = self._queries.pop(name)
             for stream in decl.streams:
-                self._percolators[stream].delete(name)
+                self.index(stream).delete(name)
         elif name in self._metrics:
             del self._metrics[name]
             for names in self._metric_streams.values():
                 if name in names:
                     names.remove(name)
-
-    def _percolator(self, stream: str, decl: ast.StreamDecl) -> Any:
-        from percolator import Percolator
-
-        if stream not in self._percolators:
-            self._percolators[stream] = Percolator(query_schema(decl))
-        return self._percolators[stream]
 
     def reads(self, stream: str) -> bool:
         """Whether any query or metric wants the events of ``stream``."""
@@ -151,6 +165,8 @@ class StandingQueries:
         return out
 
     def wants_documents(self, stream: str) -> bool:
+        if stream in self._pending:
+            return True
         return stream in self._percolators and len(self._percolators[stream]) > 0
 
     def late(self, event: Event, watermark_ms: int) -> list[dict] | None:
@@ -176,7 +192,7 @@ class StandingQueries:
         return [row for _, row in self._matches(stream, events)]
 
     def _matches(self, stream: str, events: list[Event]) -> list[tuple[Event, dict]]:
-        percolator = self._percolators.get(stream)
+        percolator = self.index(stream)
         if percolator is None or not len(percolator) or not events:
             return []
         out: list[tuple[Event, dict]] = []

@@ -61,6 +61,7 @@ def _index(
         gc.collect()
         standing = StandingQueries()
         standing.add(standing.compile(list(decls), streams, {}), streams)
+        standing.build()
         schemas = {name: StreamSchema.from_decl(d) for name, d in streams.items()}
         found = _INDEXES[fingerprint] = (standing, schemas)
         # The index lives as long as the worker: moved out of the collector's generations,

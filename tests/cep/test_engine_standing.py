@@ -95,12 +95,14 @@ def test_a_programs_queries_are_indexed_as_one_segment_and_later_ones_live():
     )
     engine = Engine()
     engine.register(PROGRAM + queries)
-    index = engine._standing._percolators["news"]
+    assert engine._standing._percolators == {}  # nothing indexed before a document needs it
+    index = engine._standing.index("news")
     stats = index.stats()
     # One segment for the 301 queries registered together (not the log of segments adding them
     # one by one leaves, each probed for every document), nothing in the live delta.
     assert (stats.queries, stats.segments, stats.delta) == (301, 1, 0)
     engine.register("query late from news match title:w7")
+    assert engine._standing.index("news") is index
     assert (index.stats().segments, index.stats().delta) == (1, 1)
     engine.feed({"stream": "news", "id": "d1", "title": "w7 acme", "source": "wire",
                  "views": 50, "ts": T0})
