@@ -194,7 +194,8 @@ def run_spark(
         )
         if queries is not None:
             outputs = queries if outputs is None else outputs.unionByName(queries)
-            skipped = [name for name in skipped if name not in set(query_names(program))]
+            run_here = set(query_names(program))  # once: the condition is read per name
+            skipped = [name for name in skipped if name not in run_here]
     if outputs is None:
         raise OperatorConfigError("the program declares nothing the Spark engine runs")
     sink = BatchSink(out, dead_letter, fmt=fmt, on_matches=on_matches)
