@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cep.engine import load_declarations
-from cep.events import STREAM_FIELD, BadEventError, EventReason, dead_letter, stream_of
+from cep.events import STREAM_FIELD, BadEventError, dead_letter, parse_json_line, stream_of
 from query_lang import ast
 from query_lang.printer import print_declaration
 from spark_udf.batch import END_MARK_STREAM, SEQ_COLUMN
@@ -147,19 +147,13 @@ def frame_outputs(
     accepted = []
     letters: list[dict[str, Any]] = []
     for seq, text in zip(seqs, frame[column].tolist(), strict=True):
-        letter = None
+        text = text if isinstance(text, str) else None
         try:
-            raw = json.loads(text) if isinstance(text, str) else None
-        except ValueError as exc:
-            letter = dead_letter(EventReason.INVALID_JSON, f"not valid JSON: {exc}",
-                                 line=seq, raw=text)
-            raw = None
-        if not isinstance(raw, dict):
-            if not checked_streams:
-                letters.append(letter or dead_letter(
-                    EventReason.NOT_AN_OBJECT, "expected a JSON object", line=seq,
-                    raw=text if isinstance(text, str) else None,
-                ))
+            # As the embedded engine reads a line (a null row is JSON null: not an object).
+            raw = parse_json_line("null" if text is None else text)
+        except BadEventError as exc:
+            if not checked_streams:  # else the keyed operator reports it
+                letters.append(dead_letter(exc.reason, exc.detail, line=seq, raw=text))
             continue
         named = raw.get(STREAM_FIELD)
         if named == END_MARK_STREAM:
