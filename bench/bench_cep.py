@@ -31,7 +31,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cep.engine import Engine  # noqa: E402
+from cep.engine.engine import Engine  # noqa: E402
 
 STREAM = """
 stream ev (id int, key string, kind string, amount float, merchant string, price float,

@@ -38,7 +38,7 @@ from percolator import (  # noqa: E402
     Selectivity,
     analyze_text,
 )
-from percolator.evaluate import shared  # noqa: E402
+from percolator.interning import INTERN_POOL  # noqa: E402
 from query_lang.ast import (  # noqa: E402
     SearchAnd,
     SearchCompare,
@@ -309,7 +309,7 @@ def memory_per_query(generator: QueryGenerator, selectivity: Selectivity, count:
     queries = generator.queries(count)
     # Repeated values are shared through a table the earlier runs filled: start it empty, so
     # what these queries put in it counts.
-    shared.clear()
+    INTERN_POOL.clear()
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_percolator import QueryGenerator, load_corpus, split_corpus  # noqa: E402
 
-from cep.events import StreamSchema  # noqa: E402
+from cep.events.event import StreamSchema  # noqa: E402
 from query_lang import ast, parse  # noqa: E402
 from spark_udf import queries  # noqa: E402
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Any
 
-from cep.keyed import ProcessResult
+from cep.events.keyed import ProcessResult
 from spark_udf import BatchSink, read_outputs, session
 from spark_udf.operator import detect_plan
 from spark_udf.routing import DEFAULT_BUCKETS

@@ -3,14 +3,14 @@ engine, alert delivery and the ``vigil`` command line."""
 
 from __future__ import annotations
 
-from cep.engine import Engine, EngineStats
-from cep.events import BadEventError, EngineError, Event, StateError, UnknownRuleError
-from cep.keyed import KeyedProcessor, ProcessResult
-from cep.match import Match
-from cep.metrics import MetricOperator, compile_metric
-from cep.nfa import CompiledRule, compile_rule
-from cep.processor import RuleProcessor
-from cep.runtime import RuleState, advance_watermark, new_state, process_event
+from cep.engine.engine import Engine, EngineStats
+from cep.events.event import BadEventError, EngineError, Event, StateError, UnknownRuleError
+from cep.events.keyed import KeyedProcessor, ProcessResult
+from cep.metrics.operator import MetricOperator, compile_metric
+from cep.nfa.compiler import CompiledRule, compile_rule
+from cep.nfa.match import Match
+from cep.nfa.processor import RuleProcessor
+from cep.nfa.runtime import RuleState, advance_watermark, new_state, process_event
 
 __all__ = [
     "Engine",

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 
-from cep.metrics import HLL_PRECISION, TDIGEST_COMPRESSION
+from cep.metrics.operator import HLL_PRECISION, TDIGEST_COMPRESSION
 from query_lang.compiler import normalise_value
 from sketches import HyperLogLog, Sketch, TDigest, from_bytes
 from spark_udf.errors import OperatorConfigError

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events import EventReason, dead_letter
-from cep.eventtime import END_OF_INPUT, NO_WATERMARK, iso_ms
-from cep.keyed import KeyedProcessor, ProcessResult
+from cep.events.event import EventReason, dead_letter
+from cep.events.keyed import KeyedProcessor, ProcessResult
+from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, iso_ms
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
 from spark_udf.records import dead_letter_record, key_text, match_record
@@ -63,7 +63,7 @@ timestamps and every ISO-8601 reader agree on."""
 END_WATERMARK_MS = 221_845_392_000_000
 """A watermark from 9000-01-01 on can only come from the end-of-input mark (minus a lateness
 of up to a millennium): the operator then runs its processors to end of input
-(:data:`cep.eventtime.END_OF_INPUT`), flushing every key as the embedded engine's ``close``."""
+(:data:`cep.events.END_OF_INPUT`), flushing every key as the embedded engine's ``close``."""
 
 _MAX_TIMER_ROUNDS = 10_000
 
@@ -352,7 +352,7 @@ def fire_due_keys(
     processor: KeyedProcessor, bucket: BucketState, watermark_ms: int
 ) -> list[dict[str, Any]]:
     """Wake every key of the bucket whose due time the watermark has reached (``on_timer``);
-    at :data:`~cep.eventtime.END_OF_INPUT` every key, so each flushes what it still holds."""
+    at :data:`~cep.events.watermark.END_OF_INPUT` every key, so each flushes what it still holds."""
     records: list[dict[str, Any]] = []
     end = watermark_ms >= END_OF_INPUT
     due = [

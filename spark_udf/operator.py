@@ -22,8 +22,8 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from cep.eventtime import END_OF_INPUT
-from cep.keyed import KeyedProcessor
+from cep.events.keyed import KeyedProcessor
+from cep.events.watermark import END_OF_INPUT
 from spark_udf.batch import (
     ARRIVAL_COLUMN,
     BUCKET_COLUMN,
@@ -609,7 +609,7 @@ def detect(
         Events, streaming or static. Either one column per field (plus optional ``stream`` and
         ``_seq``), or a JSON text column (``json_col``) holding each whole event.
     processor:
-        A :class:`cep.keyed.KeyedProcessor` (pickled to the executors), or a zero-argument
+        A :class:`cep.events.keyed.KeyedProcessor` (pickled to the executors), or a zero-argument
         callable building one on each executor (for processors that do not pickle).
     key_cols:
         Columns (fields) that make up the partition key, in the order of the processor's key;

@@ -1,6 +1,6 @@
 """Standing ``query`` blocks on Spark: the percolator runs inside each partition's Python
 worker over the raw events, with the same analysis, index and match objects as the embedded
-engine (:mod:`cep.standing`). Matching a document needs no state, so no shuffle either. The
+engine (:mod:`cep.engine.queries`). Matching a document needs no state, so no shuffle either. The
 query index is built once per Python worker (Spark reuses them) and rebuilt only when the
 queries change.
 """
@@ -17,8 +17,8 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cep.engine import load_declarations
-from cep.events import STREAM_FIELD, BadEventError, dead_letter, parse_json_line, stream_of
+from cep.engine.engine import load_declarations
+from cep.events.event import STREAM_FIELD, BadEventError, dead_letter, parse_json_line, stream_of
 from query_lang import ast
 from query_lang.printer import print_declaration
 from spark_udf.batch import END_MARK_STREAM, SEQ_COLUMN
@@ -49,8 +49,8 @@ partition it serves reuses it; changed queries have another fingerprint and get 
 def _index(
     fingerprint: str, decls: Sequence[ast.QueryDecl], streams: dict[str, ast.StreamDecl]
 ) -> tuple[Any, dict[str, Any]]:
-    from cep.events import StreamSchema
-    from cep.standing import StandingQueries
+    from cep.engine.queries import StandingQueries
+    from cep.events.event import StreamSchema
 
     found = _INDEXES.get(fingerprint)
     if found is None:

@@ -19,8 +19,8 @@ import pandas as pd
 import pyarrow as pa
 from pyarrow import json as pa_json
 
-from cep.events import STREAM_FIELD
-from cep.processor import must_see_every_event
+from cep.events.event import STREAM_FIELD
+from cep.nfa.processor import must_see_every_event
 
 __all__ = [
     "ARROW_TYPES",
@@ -37,7 +37,7 @@ def needed_rows(processor: Any, events: Sequence[dict[str, Any] | None]) -> np.n
     Rows that fail the stream's validation are kept (the processor dead-letters them with the
     reason), and so are the rows of streams whose rules must see every event (strict
     contiguity, ``prev``). Only processors that expose compiled ``rules`` and ``schemas`` (a
-    :class:`cep.processor.RuleProcessor`) are filtered.
+    :class:`cep.nfa.processor.RuleProcessor`) are filtered.
     """
     rules = getattr(processor, "rules", None)
     schemas = getattr(processor, "schemas", None)

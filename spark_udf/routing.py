@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import json as pa_json
 
-from cep.events import STREAM_FIELD, BadEventError, parse_timestamp, time_column_ms
-from cep.keyed import KeyedProcessor
+from cep.events.event import STREAM_FIELD, BadEventError, parse_timestamp, time_column_ms
+from cep.events.keyed import KeyedProcessor
 from spark_udf.batch import BUCKET_COLUMN, END_MARK_MS, END_MARK_STREAM, TIME_COLUMN
 from spark_udf.errors import OperatorConfigError
 from spark_udf.packing import PACKED_COLUMN, ipc_bytes
@@ -413,7 +413,7 @@ def route_batches(
 
     Examples
     --------
-    >>> from cep.keyed import ProcessResult
+    >>> from cep.events.keyed import ProcessResult
     >>> class Count:
     ...     def key_of(self, event): return (event.get("k"),)
     ...     def process(self, key, state, events, watermark_ms): return ProcessResult(state=b"")

@@ -1,5 +1,5 @@
 """From a Vigil program to Spark operators: the program's rules grouped by key definition, one
-:class:`cep.processor.RuleProcessor` each, with the columns Spark needs (key, time, lateness)."""
+:class:`cep.nfa.RuleProcessor` each, with the columns Spark needs (key, time, lateness)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from cep.engine import Engine, load_list
-from cep.events import StreamSchema
-from cep.metric_processor import MetricProcessor
-from cep.metrics import compile_metric
-from cep.processor import RuleProcessor, key_signature
+from cep.engine.engine import Engine, load_list
+from cep.events.event import StreamSchema
+from cep.metrics.operator import compile_metric
+from cep.metrics.processor import MetricProcessor
+from cep.nfa.processor import RuleProcessor, key_signature
 from percolator.evaluate import field_predicate
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
@@ -29,12 +29,12 @@ ProgramSource = str | os.PathLike | ast.Module | Sequence[ast.Module]
 @dataclass(frozen=True)
 class ProcessorSpec:
     """A keyed processor and how Spark finds its events' key and time: for a program, the
-    rules sharing one key definition; any :class:`cep.keyed.KeyedProcessor` fits.
+    rules sharing one key definition; any :class:`cep.events.keyed.KeyedProcessor` fits.
 
     Attributes
     ----------
     processor:
-        The processor (a :class:`~cep.processor.RuleProcessor` for rules), pickled to the
+        The processor (a :class:`~cep.nfa.processor.RuleProcessor` for rules), pickled to the
         executors.
     rules:
         Names of the rules (or other standing queries) it runs, for reports.
@@ -64,8 +64,8 @@ def processor_specs(
 ) -> tuple[list[ProcessorSpec], list[str]]:
     """Compile a program (rule file path, DSL text or parsed modules) into processor specs.
 
-    Rules sharing a key definition share one :class:`~cep.processor.RuleProcessor`; each metric
-    gets a :class:`~cep.metric_processor.MetricProcessor` keyed by its ``by`` group. Returns the
+    Rules sharing a key definition share one :class:`~cep.nfa.processor.RuleProcessor`; each metric
+    gets a :class:`~cep.metrics.processor.MetricProcessor` keyed by its ``by`` group. Returns the
     specs and the names of the declarations they do not run (queries, which
     :func:`spark_udf.query_outputs` runs per partition), so callers can say so.
 

@@ -38,12 +38,16 @@ from .outbox import (
 )
 from .receiver import AlertCallback, ReceivedAlert, WebhookReceiver
 from .retry import DEFAULT_SCHEDULE, RetryPolicy, parse_retry_after
+from .routing import DEFAULT_OUTBOX, AlertSink, endpoints_from_program
 from .signing import decode_secret, new_secret, sign, verify
 from .throttle import Throttle
 from .transport import HttpResponse, HttpTransport, Transport
 
 __all__ = [
+    "DEFAULT_OUTBOX",
     "DEFAULT_SCHEDULE",
+    "AlertSink",
+    "endpoints_from_program",
     "MATCH_EVENT_TYPE",
     "AlertCallback",
     "AlertConfigError",

@@ -536,27 +536,27 @@ def rule_decl(text: str) -> ast.RuleDecl:
 
 def is_type(t: str):
     """A condition ``type == t`` built from a plain lambda."""
-    from cep.nfa import Condition
+    from cep.nfa.compiler import Condition
 
     return Condition(predicate=lambda f, ctx, t=t: f.get("type") == t)
 
 
 def cond(fn: Predicate, *, variables: bool = False, prev: int = 0):
     """A condition from a lambda, flagging whether it reads bindings or ``prev``."""
-    from cep.nfa import Condition
+    from cep.nfa.compiler import Condition
 
     return Condition(predicate=fn, reads_variables=variables, prev_depth=prev)
 
 
 def compile_text(text: str, conditions: Mapping[str, Any] | None = None, **kw):
-    from cep.nfa import compile_rule
+    from cep.nfa.compiler import compile_rule
 
     return compile_rule(rule_decl(text), conditions=conditions or {}, **kw)
 
 
 def make_events(spec: Sequence[tuple], stream: str = "s") -> list:
     """``(type, v, ts)`` tuples -> events with ids 0, 1, 2 ..."""
-    from cep.events import Event
+    from cep.events.event import Event
 
     return [
         Event(id=i, stream=stream, ts=ts, seq=i, fields={"type": t, "v": v, "ts": ts})
@@ -568,7 +568,7 @@ def run_rule(rule, evs: Sequence[Any], *, watermarks: Mapping[int, float] | None
              roundtrip: bool = True, end: bool = True) -> list:
     """Feed events one by one (``watermarks[i]`` is advanced to before event i), round-tripping
     the state through bytes between calls; end of input unless ``end`` is False."""
-    from cep.runtime import RuleState, advance_watermark, new_state, process_event
+    from cep.nfa.runtime import RuleState, advance_watermark, new_state, process_event
 
     state = new_state(rule)
     out: list = []

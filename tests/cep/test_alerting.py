@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cep.alerting import AlertSink, endpoints_from_program
 from cep.alerts import AlertConfigError, WebhookReceiver, new_secret
+from cep.alerts.routing import AlertSink, endpoints_from_program
 from cep.cli import main
 from query_lang import load_program
 

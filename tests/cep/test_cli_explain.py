@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from cep.cli import main
-from cep.engine import Engine
+from cep.engine.engine import Engine
 
 
 def test_explain_text(capsys):

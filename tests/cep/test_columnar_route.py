@@ -1,4 +1,4 @@
-"""Streams read only by scan rules wait as columns (``cep.columnar``) instead of events.
+"""Streams read only by scan rules wait as columns (``cep.events.columnar``) instead of events.
 
 The engine with that route must report exactly what it reports event by event: the same
 matches in the same order, the same dead letters and stats, and byte-identical key state after
@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from reference_matcher import make_events
 from test_strict_scan import SCAN_RULES, STREAM, _compile, strict_case
 
-from cep import strict
-from cep.columnar import Block, Chunk
-from cep.engine import Engine
-from cep.events import StreamSchema
+from cep.engine.engine import Engine
+from cep.events.columnar import Block, Chunk
+from cep.events.event import StreamSchema
+from cep.nfa import strict
 from query_lang.parser import parse
 
 LATE_SCAN_RULE = """

@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from cep.cli import main
-from cep.demo import DEMO_PORT
+from cep.cli.demo import DEMO_PORT
 
 
 def _port_free(port: int) -> bool:

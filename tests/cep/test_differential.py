@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_matcher import ReferenceMatcher, RefEvent, cond, make_events
 
-from cep.nfa import compile_rule
-from cep.runtime import RuleState, advance_watermark, new_state, process_event
+from cep.nfa.compiler import compile_rule
+from cep.nfa.runtime import RuleState, advance_watermark, new_state, process_event
 from query_lang import ast
 
 BOUND = ["a", "b", "c", "d", "e", "f"]

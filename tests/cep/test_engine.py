@@ -1,4 +1,4 @@
-"""Tests of ``cep.Engine`` and ``cep.processor.RuleProcessor``: routing, event time, dead letters,
+"""Tests of ``cep.Engine`` and ``cep.nfa.RuleProcessor``: routing, event time, dead letters,
 batch-split independence, registration while running, and state bytes.
 
 Most tests drive a small but real runtime double (``a`` then ``b`` within a window, and the
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cep.engine import Engine, load_list
-from cep.events import Event, StateError, UnknownRuleError
-from cep.eventtime import END_OF_INPUT
-from cep.match import Match
-from cep.processor import KeyState, RuleProcessor
+from cep.engine.engine import Engine, load_list
+from cep.events.event import Event, StateError, UnknownRuleError
+from cep.events.watermark import END_OF_INPUT
+from cep.nfa.match import Match
+from cep.nfa.processor import KeyState, RuleProcessor
 from query_lang import ast
 from query_lang.errors import VigilError
 
@@ -433,7 +433,7 @@ def test_lists_load_from_files_relative_to_the_rule_file(tmp_path) -> None:
 
 
 def test_large_lists_use_a_bloom_filter(tmp_path, monkeypatch) -> None:
-    import cep.engine as engine_module
+    import cep.engine.engine as engine_module
 
     monkeypatch.setattr(engine_module, "BLOOM_THRESHOLD", 10)
     (tmp_path / "big.txt").write_text("\n".join(f"v{i}" for i in range(100)))
@@ -720,7 +720,7 @@ def test_real_unregister_keeps_other_rule_running() -> None:
 
 
 def test_real_processor_equals_engine() -> None:
-    from cep.nfa import compile_rule
+    from cep.nfa.compiler import compile_rule
     from query_lang import parse
 
     module = parse(FRAUD)

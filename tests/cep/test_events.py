@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cep.events import (
+from cep.events.event import (
     BadEventError,
     EventReason,
     StreamSchema,

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cep.eventtime import END_OF_INPUT, NO_WATERMARK, ReorderBuffer, Watermark, iso_ms
+from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, ReorderBuffer, Watermark, iso_ms
 
 
 def test_single_stream_watermark_is_max_minus_lateness() -> None:

@@ -9,9 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cep.events import EngineError, StateError
-from cep.match import iso_utc
-from cep.metrics import (
+from cep.events.event import EngineError, StateError
+from cep.metrics.operator import (
     MetricCompileError,
     MetricInputError,
     MetricOperator,
@@ -19,6 +18,7 @@ from cep.metrics import (
     compile_metric,
     metric_match_id,
 )
+from cep.nfa.match import iso_utc
 from query_lang import ast, load_program
 
 STREAM = (

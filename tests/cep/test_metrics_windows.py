@@ -11,9 +11,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cep.match import iso_utc
-from cep.metrics import MetricOperator, compile_metric
-from cep.windows import FIXED, SESSION, SLIDING_EVENT, WindowShape, assign_fixed, session_runs
+from cep.metrics.operator import MetricOperator, compile_metric
+from cep.metrics.windows import (
+    FIXED,
+    SESSION,
+    SLIDING_EVENT,
+    WindowShape,
+    assign_fixed,
+    session_runs,
+)
+from cep.nfa.match import iso_utc
 from query_lang import ast, load_program
 
 STREAM = "stream ev (g string, v float, card string, ts timestamp) time ts lateness {lateness}\n"

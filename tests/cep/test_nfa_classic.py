@@ -10,9 +10,9 @@ import math
 
 import pytest
 
-from cep.events import Event
-from cep.nfa import compile_rule
-from cep.runtime import RuleState, advance_watermark, new_state, process_event
+from cep.events.event import Event
+from cep.nfa.compiler import compile_rule
+from cep.nfa.runtime import RuleState, advance_watermark, new_state, process_event
 from query_lang import ast
 from query_lang.parser import parse
 

@@ -9,9 +9,9 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cep.events import Event
-from cep.nfa import compile_rule
-from cep.runtime import advance_watermark, new_state, process_event
+from cep.events.event import Event
+from cep.nfa.compiler import compile_rule
+from cep.nfa.runtime import advance_watermark, new_state, process_event
 from query_lang import ast
 from query_lang.parser import parse
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_matcher import bound, compile_text, is_type, make_events, run_rule
 
-from cep.runtime import RuleState, new_state, process_event
+from cep.nfa.runtime import RuleState, new_state, process_event
 
 TYPES = {v: is_type(v) for v in "abc"}
 

@@ -8,8 +8,8 @@ import zlib
 import pytest
 from reference_matcher import compile_text, is_type, make_events
 
-from cep.events import Event
-from cep.runtime import (
+from cep.events.event import Event
+from cep.nfa.runtime import (
     OutOfOrderEventError,
     RuleState,
     StateFormatError,

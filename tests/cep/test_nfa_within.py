@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reference_matcher import bound, compile_text, is_type, make_events, run_rule
 
-from cep.runtime import advance_watermark, new_state, process_event
+from cep.nfa.runtime import advance_watermark, new_state, process_event
 
 TYPES = {v: is_type(v) for v in "ab"}
 

@@ -9,8 +9,8 @@ from reference_matcher import bound, compile_text, make_events, run_rule
 from test_differential import _reference, _runtime
 from test_strict_scan import _run_both
 
-from cep import strict
-from cep.runtime import RuleState, StateFormatError, new_state, process_event
+from cep.nfa import strict
+from cep.nfa.runtime import RuleState, StateFormatError, new_state, process_event
 from query_lang import ast
 
 V = ast.PatVar

@@ -251,7 +251,7 @@ def test_run_runs_queries_next_to_rules(fraud, capsys) -> None:
 def test_spark_is_the_default_engine_for_one_file_or_directory(capsys) -> None:
     from argparse import Namespace
 
-    from cep.run import EventInput, _engine_choice
+    from cep.cli.run import EventInput, _engine_choice
 
     default = Namespace(engine=None)
     assert _engine_choice(default, [EventInput("events/")]) == "spark"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from cep.cli import main
-from cep.sample import generate, write_sample
+from cep.cli.sample import generate, write_sample
 
 
 def test_generator_is_deterministic():

@@ -1,9 +1,9 @@
-"""The strict-contiguity scan (``cep.strict``) against the per-event runtime and the reference.
+"""The strict-contiguity scan (``cep.nfa.strict``) against the per-event runtime and the reference.
 
 Random strict patterns (sequence, alternation, groups, every quantifier greedy and reluctant)
 with conditions on the current event and on ``prev``, random skip strategies, windows and
 partial-match caps, over random streams cut into random calls: the scan must report exactly
-the matches of :func:`cep.runtime.process_event`, in the same order, and leave the same state
+the matches of :func:`cep.nfa.runtime.process_event`, in the same order, and leave the same state
 bytes after every call; with the default cap it must also agree with the brute-force
 reference matcher. The engine is checked end to end with out-of-order input in random batches.
 """
@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from reference_matcher import ReferenceMatcher, RefEvent, make_events, rule_decl
 from test_differential import Names, _nullable, sub_pattern
 
-from cep import strict
-from cep.engine import Engine
-from cep.nfa import compile_rule
-from cep.runtime import RuleState, advance_watermark, new_state, process_event
+from cep.engine.engine import Engine
+from cep.nfa import strict
+from cep.nfa.compiler import compile_rule
+from cep.nfa.runtime import RuleState, advance_watermark, new_state, process_event
 
 
 def _prev(ctx, n):

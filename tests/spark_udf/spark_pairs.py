@@ -9,8 +9,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cep.keyed import ProcessResult
-from cep.match import iso_utc
+from cep.events.keyed import ProcessResult
+from cep.nfa.match import iso_utc
 
 
 def _match(name: str, key: tuple, events: dict[str, list[int]], start: int, end: int) -> dict:

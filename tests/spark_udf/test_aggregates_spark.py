@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from cep.match import iso_utc
-from cep.metrics import MetricOperator, compile_metric
+from cep.metrics.operator import MetricOperator, compile_metric
+from cep.nfa.match import iso_utc
 from query_lang import load_program
 from sketches import HyperLogLog, TDigest, from_bytes
 from spark_udf.aggregates import approx_distinct, approx_percentile, sketch_agg

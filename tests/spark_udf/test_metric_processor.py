@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cep.engine import Engine
-from cep.eventtime import END_OF_INPUT
-from cep.metric_processor import MetricProcessor
+from cep.engine.engine import Engine
+from cep.events.watermark import END_OF_INPUT
+from cep.metrics.processor import MetricProcessor
 from spark_udf.batch import (
     ARRIVAL_COLUMN,
     LATE_COLUMN,

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spark_support import BAD_ROWS
 
-from cep.engine import Engine
-from cep.events import BadEventError, parse_json_line
+from cep.engine.engine import Engine
+from cep.events.event import BadEventError, parse_json_line
 from spark_udf import queries
 
 

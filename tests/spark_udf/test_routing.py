@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spark_support import ids
 
-from cep.events import BadEventError, parse_timestamp
+from cep.events.event import BadEventError, parse_timestamp
 from spark_udf.batch import (
     BUCKET_COLUMN,
     END_MARK_MS,

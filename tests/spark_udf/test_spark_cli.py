@@ -10,7 +10,7 @@ import math
 import pytest
 
 from cep.cli import main
-from cep.sample import write_sample
+from cep.cli.sample import write_sample
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from spark_support import (
     write_jsonl,
 )
 
-from cep.eventtime import END_OF_INPUT
+from cep.events.watermark import END_OF_INPUT
 from spark_udf import (
     BatchSink,
     OperatorConfigError,

@@ -14,8 +14,8 @@ import time
 import pytest
 from spark_support import BAD_ROWS
 
-from cep.engine import Engine
-from cep.events import BadEventError, parse_json_line
+from cep.engine.engine import Engine
+from cep.events.event import BadEventError, parse_json_line
 from spark_udf import read_outputs
 from spark_udf.rules import detect_specs, processor_specs
 from spark_udf.run import run_spark

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from spark_pairs import PairProcessor
 from spark_support import BASE_MS, ids, random_events
 
-from cep.match import Match
+from cep.nfa.match import Match
 from spark_udf import (
     BatchSink,
     BucketState,

@@ -37,8 +37,13 @@ def test_all_lists_exactly_the_public_names() -> None:
         assert required in exported
 
 
+ROUTING_MAY_IMPORT = {"query_lang"}
+"""Routing reads the program's ``notify`` and ``throttle`` clauses; delivery knows no program."""
+
+
 def test_modules_import_nothing_else_of_vigil_and_no_pyspark() -> None:
     for module in PACKAGE.glob("*.py"):
+        allowed = ROUTING_MAY_IMPORT if module.stem == "routing" else set()
         tree = ast.parse(module.read_text(), filename=str(module))
         assert tree.body[0].value.value  # a module docstring  # type: ignore[attr-defined]
         future = [
@@ -63,7 +68,7 @@ def test_modules_import_nothing_else_of_vigil_and_no_pyspark() -> None:
                     "percolator",
                     "sketches",
                     "spark_udf",
-                }, f"{module.name} imports {root}"
+                } - allowed, f"{module.name} imports {root}"
 
 
 def test_importing_the_package_loads_no_pyspark() -> None:

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cep.events import EngineError, StateError
-from cep.match import Match
-from cep.nfa import TAIL_GREEDY, TAIL_RELUCTANT, CompiledRule
+from cep.events.event import EngineError, StateError
+from cep.nfa.compiler import TAIL_GREEDY, TAIL_RELUCTANT, CompiledRule
+from cep.nfa.match import Match
 
 __all__ = [
     "OutOfOrderEventError",
@@ -209,7 +209,7 @@ class RuleState:
         self.held: list[_Held] = []
         self.absences: list[_Absence] = []
         self._runs: list[_StrictRun] = []
-        # Strict runs left by the column-wise scan (cep.strict) in its abstract form; they are
+        # Strict runs left by the column-wise scan (cep.nfa.strict) in its abstract form; they are
         # built into ``runs`` on first access, so only the scan's next call skips that work.
         self.lazy_runs: Any = None
         self.history: list[Mapping[str, Any]] = []

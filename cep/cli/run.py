@@ -24,8 +24,18 @@ from typing import IO, Any
 
 import pandas as pd
 
-from cep.engine import Engine
-from cep.events import (
+from cep.alerts import AlertError
+from cep.alerts.routing import AlertSink
+from cep.cli.arguments import (
+    EXIT_ERRORS,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    expand_rule_paths,
+    positive_int,
+)
+from cep.engine.engine import Engine
+from cep.events.event import (
     STREAM_FIELD,
     BadEventError,
     StreamSchema,
@@ -35,19 +45,14 @@ from cep.events import (
     stream_of,
 )
 from query_lang.errors import VigilError
+from query_lang.loader import check_program
 
 __all__ = ["EventInput", "configure_parser", "parse_event_specs", "run"]
-
-EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
 CHUNK_ROWS = 20_000
 """Events handed to the engine per batch: large enough to vectorise, small enough to stream."""
 
 PROGRESS_INTERVAL_S = 0.25
-
-
-class RunUsageError(Exception):
-    """The command line of ``vigil run`` is wrong (missing file, unknown stream)."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="Spark checkpoint (default OUT/_checkpoint); rerun with it to continue",
     )
     parser.add_argument(
-        "--buckets", type=_positive_int, default=None, metavar="N",
+        "--buckets", type=positive_int, default=None, metavar="N",
         help="--engine spark: hash buckets of the partition keys (default 16; fixed for the "
         "life of a checkpoint)",
     )
@@ -126,7 +131,7 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--dead-letter", metavar="PATH", help="write unusable events here as JSON lines"
     )
     parser.add_argument(
-        "--max-partials", type=_positive_int, metavar="N",
+        "--max-partials", type=positive_int, metavar="N",
         help="cap on partial matches per rule and key",
     )
     parser.add_argument(
@@ -136,22 +141,12 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def parse_event_specs(specs: Sequence[str], streams: Sequence[str]) -> list[EventInput]:
     """Interpret ``--events`` values; ``STREAM=PATH`` when STREAM is a declared stream.
 
     Raises
     ------
-    RunUsageError
+    UsageError
         When a file does not exist or a binding names an undeclared stream.
     """
     inputs = []
@@ -162,27 +157,25 @@ def parse_event_specs(specs: Sequence[str], streams: Sequence[str]) -> list[Even
         if "=" in spec and not os.path.exists(spec):
             name, _, rest = spec.partition("=")
             if not name.isidentifier():
-                raise RunUsageError(f"no such file or directory: {spec}")
+                raise UsageError(f"no such file or directory: {spec}")
             if name not in streams:
                 declared = ", ".join(sorted(streams)) or "none"
-                raise RunUsageError(
+                raise UsageError(
                     f"--events {spec}: stream '{name}' is not declared (declared: {declared})"
                 )
             stream, path = name, rest
         if path == "-":
             if stdin_used:
-                raise RunUsageError("stdin (-) can be given as --events only once")
+                raise UsageError("stdin (-) can be given as --events only once")
             stdin_used = True
         elif not os.path.exists(path):
-            raise RunUsageError(f"no such file or directory: {path}")
+            raise UsageError(f"no such file or directory: {path}")
         inputs.append(EventInput(path, stream))
     return inputs
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``vigil run`` with parsed arguments; returns the exit code."""
-    from cep.cli import UsageError, expand_rule_paths
-    from query_lang.loader import check_program
 
     try:
         paths = expand_rule_paths(args.files)
@@ -202,14 +195,12 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         inputs = parse_event_specs(args.events, list(engine.streams))
-    except RunUsageError as err:
+    except UsageError as err:
         print(f"vigil run: {err}", file=sys.stderr)
         return EXIT_USAGE
 
     sink = None
     if getattr(args, "outbox", None):
-        from cep.alerting import AlertSink
-        from cep.alerts import AlertError
 
         try:
             sink = AlertSink.open(program, args.outbox)

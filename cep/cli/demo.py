@@ -12,6 +12,9 @@ import shutil
 import sys
 import threading
 
+from cep.alerts import WebhookReceiver, new_secret
+from cep.cli import run
+from cep.cli.arguments import expand_rule_paths
 from query_lang import check_program
 
 EXAMPLES = "examples"
@@ -36,8 +39,6 @@ def configure_parser(sub) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from cep.alerts import WebhookReceiver, new_secret
-    from cep.cli import expand_rule_paths
 
     paths = expand_rule_paths([args.rules])
     program, errors = check_program(paths)
@@ -84,10 +85,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         matches_out = os.path.join(
             args.out, "matches" if args.engine == "spark" else "matches.jsonl"
         )
-        from cep.run import configure_parser, run
 
         # Parsed by `vigil run`'s own parser, so every option it has gets its default.
-        run_parser = configure_parser(argparse.ArgumentParser(prog="vigil").add_subparsers())
+        run_parser = run.configure_parser(argparse.ArgumentParser(prog="vigil").add_subparsers())
         run_args = run_parser.parse_args([
             *paths, "--events", args.events, "--engine", args.engine, "--out", matches_out,
             "--dead-letter", os.path.join(
@@ -97,7 +97,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             "--delivery-deadline", "30", "--master", "local[*]",
             "--checkpoint", os.path.join(args.out, "checkpoint"),
         ])
-        code = run(run_args)
+        code = run.run(run_args)
     _summary_table(matches_out, received, receiver.rejected)
     return code
 

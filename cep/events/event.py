@@ -40,7 +40,7 @@ STREAM_FIELD = "stream"
 """Name of the field that says which stream an event of a mixed input belongs to."""
 
 SEQ_FIELD = "_seq"
-"""Input position carried by raw events handed to a :class:`cep.keyed.KeyedProcessor`."""
+"""Input position carried by raw events handed to a :class:`cep.events.keyed.KeyedProcessor`."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)

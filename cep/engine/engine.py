@@ -1,7 +1,7 @@
 """The embedded engine: register rules, feed events one at a time or as DataFrames, read matches.
 
 ``Engine`` owns event time for all its inputs (one watermark, one reorder buffer), partitions
-released events by each rule's key and hands them to :class:`cep.processor.RuleProcessor`, the
+released events by each rule's key and hands them to :class:`cep.nfa.processor.RuleProcessor`, the
 same per-key code the Spark operator runs. Which matches are reported does not depend on how
 input is batched; the order of matches of different keys within one batch may.
 """
@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.columnar import Block, Chunk, ColumnBuffer
-from cep.events import (
+from cep.engine.queries import StandingQueries
+from cep.events.columnar import Block, Chunk, ColumnBuffer
+from cep.events.event import (
     STREAM_FIELD,
     BadEventError,
     EngineError,
@@ -32,11 +33,13 @@ from cep.events import (
     UnknownRuleError,
     _column_values,
     dead_letter,
+    parse_json_line,
     plain_value,
     stream_of,
 )
-from cep.eventtime import END_OF_INPUT, ReorderBuffer, Watermark, iso_ms
-from cep.processor import (
+from cep.events.watermark import END_OF_INPUT, ReorderBuffer, Watermark, iso_ms
+from cep.nfa.compiler import compile_rule as compile_rule_default
+from cep.nfa.processor import (
     NOT_REGISTERED,
     KeyState,
     RuleProcessor,
@@ -44,9 +47,12 @@ from cep.processor import (
     key_signature,
     must_see_every_event,
 )
-from cep.standing import StandingQueries
+from percolator.evaluate import field_predicate
 from query_lang import ast
+from query_lang.checks import check_declarations
 from query_lang.errors import ErrorList, IncludeError, VigilError, VigilNameError
+from query_lang.loader import check_program
+from sketches.bloom import BloomFilter
 
 __all__ = ["Engine", "EngineStats", "load_declarations", "load_list"]
 
@@ -120,11 +126,11 @@ class Engine:
     lateness_ms:
         Overrides every stream's declared lateness.
     compile_rule:
-        Rule compiler (default ``cep.nfa.compile_rule``); tests may inject another.
+        Rule compiler (default ``cep.nfa.compiler.compile_rule``); tests may inject another.
     runtime:
-        NFA runtime (default ``cep.runtime``); tests may inject another.
+        NFA runtime (default ``cep.nfa.runtime``); tests may inject another.
     fast_strict:
-        Run rules that :func:`cep.strict.qualifies` as a column-wise scan over each released
+        Run rules that :func:`cep.nfa.strict.qualifies` as a column-wise scan over each released
         batch (the default); ``False`` runs every rule event by event. Results are the same.
 
     Examples
@@ -168,7 +174,7 @@ class Engine:
         self._standing = StandingQueries(lateness_ms)
         self._watermark = Watermark({})
         self._buffer = ReorderBuffer()
-        # Streams whose rows wait as columns (cep.columnar) and the key signature of the one
+        # Streams whose rows wait as columns (cep.events.columnar) and the key signature of the one
         # group reading them; streams that qualify but still have events in self._buffer
         # wait in _wanted until those are released.
         self._columns = ColumnBuffer()
@@ -227,7 +233,7 @@ class Engine:
 
         Streams, lists and webhooks become available to later registrations too. Rules run in
         the NFA runtime, ``query`` blocks in the percolator and ``metric`` blocks in window
-        operators (:mod:`cep.standing`).
+        operators (:mod:`cep.engine.queries`).
 
         Returns
         -------
@@ -344,10 +350,10 @@ class Engine:
     def _compile(self, decl: ast.RuleDecl, streams: Mapping[str, ast.StreamDecl], lists) -> Any:
         compile_rule = self._compile_rule
         if compile_rule is None:
-            from cep.nfa import compile_rule
+            compile_rule = compile_rule_default
         options: dict[str, Any] = {
             "lists": {name: lists[name] for name in lists},
-            "search": _search_hook(),
+            "search": field_predicate,
             "version": 1,
             "streams": streams,
         }
@@ -454,8 +460,6 @@ class Engine:
         position: int | None = None,
     ) -> None:
         """Feed one JSON line; text that is not a JSON object becomes a dead letter."""
-        from cep.events import parse_json_line
-
         try:
             event = parse_json_line(text)
         except BadEventError as exc:
@@ -467,7 +471,7 @@ class Engine:
 
     def reject(self, letter: dict[str, Any]) -> None:
         """Count an input the caller could not even decode (a dead letter built with
-        :func:`cep.events.dead_letter`) as a received, bad event."""
+        :func:`cep.events.event.dead_letter`) as a received, bad event."""
         self._check_open()
         self._seq += 1
         self._events += 1
@@ -1167,20 +1171,9 @@ def load_list(decl: ast.ListDecl) -> Any:
 
 
 def _bloom(values: list[str]) -> Any:
-    from sketches.bloom import BloomFilter
-
     bloom = BloomFilter(capacity=len(values), error_rate=BLOOM_FALSE_POSITIVE_RATE)
     bloom.update(np.asarray(values, dtype=object))
     return bloom
-
-
-def _search_hook() -> Any:
-    """The percolator's per-field search predicate factory, when the percolator provides one."""
-    try:
-        from percolator.evaluate import field_predicate
-    except ImportError:
-        return None
-    return field_predicate
 
 
 # ---------------------------------------------------------------------- program loading
@@ -1196,9 +1189,6 @@ def load_declarations(
     plus the new declarations, so a rule file may use streams registered before it; earlier
     registrations passed these checks, so every error reported belongs to the new input.
     """
-    from query_lang.checks import check_declarations
-    from query_lang.loader import check_program
-
     if isinstance(source, ast.Module):
         source = [source]
     if isinstance(source, list | tuple) and all(isinstance(m, ast.Module) for m in source):

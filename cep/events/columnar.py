@@ -1,12 +1,12 @@
 """Rows of scan-only streams held as columns until the watermark releases them.
 
-When every rule reading a stream runs as a scan (:func:`cep.strict.qualifies`), the engine
+When every rule reading a stream runs as a scan (:func:`cep.nfa.strict.qualifies`), the engine
 keeps that stream's accepted rows in a :class:`ColumnBuffer` instead of building an
-:class:`~cep.events.Event` per row and a reorder-buffer entry for it. The watermark releases
+:class:`~cep.events.event.Event` per row and a reorder-buffer entry for it. The watermark releases
 them as a :class:`Block`: the rows in ``(ts, seq)`` order, read column by column for the
-rules' conditions and keys. An :class:`~cep.events.Event` is built only for the rows a match,
+rules' conditions and keys. An :class:`~cep.events.event.Event` is built only for the rows a match,
 a run left alive or a key's ``prev`` history needs, equal to the one
-:meth:`cep.events.StreamSchema.events_from_frame` builds for the same row.
+:meth:`cep.events.event.StreamSchema.events_from_frame` builds for the same row.
 """
 
 from __future__ import annotations
@@ -17,14 +17,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events import SEQ_FIELD, STREAM_FIELD, Event, StreamSchema, _column_values, _fallback_id
+from cep.events.event import (
+    SEQ_FIELD,
+    STREAM_FIELD,
+    Event,
+    StreamSchema,
+    _column_values,
+    _fallback_id,
+)
 
 __all__ = ["Block", "Chunk", "ColumnBuffer", "Rows"]
 
 
 class Chunk:
     """Rows of one stream that arrived together (normalised by
-    :meth:`cep.events.StreamSchema.normalise_frame`), not all released yet.
+    :meth:`cep.events.event.StreamSchema.normalise_frame`), not all released yet.
 
     Parameters
     ----------
@@ -227,7 +234,7 @@ class Rows(Sequence[Event]):
 
     def event_columns(self) -> tuple[list[Any], str, list[int], list[dict[str, Any]], int]:
         """``(ids, stream, times, field dicts, lo)``: row ``i``'s event is made of the values
-        at ``lo + i`` (what :func:`cep.strict.process_events` reads instead of events)."""
+        at ``lo + i`` (what :func:`cep.nfa.strict.process_events` reads instead of events)."""
         block = self.block
         if not block._records:
             block._build()

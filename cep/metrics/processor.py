@@ -1,11 +1,11 @@
-"""Per-group processing of ``metric`` blocks: the :class:`cep.keyed.KeyedProcessor` that runs a
+"""Per-group processing of ``metric`` blocks: the :class:`cep.events.KeyedProcessor` that runs a
 metric's window operator inside the Spark operator.
 
-The embedded engine runs one :class:`~cep.metrics.MetricOperator` per metric over all its
+The embedded engine runs one :class:`~cep.metrics.operator.MetricOperator` per metric over all its
 groups. Every window, aggregate and ``seen`` history belongs to one ``by`` group, so the same
 operator restricted to one group gives that group's rows exactly; :class:`MetricProcessor`
 partitions a metric by its ``by`` values and stores each group's operator as
-:meth:`~cep.metrics.MetricOperator.to_bytes` between calls, like a rule's key state.
+:meth:`~cep.metrics.operator.MetricOperator.to_bytes` between calls, like a rule's key state.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cep.events import (
+from cep.events.event import (
     SEQ_FIELD,
     STREAM_FIELD,
     Event,
     StreamSchema,
 )
-from cep.eventtime import END_OF_INPUT
-from cep.keyed import ProcessResult, late_letter, validate_raw
-from cep.metrics import CompiledMetric, MetricOperator
+from cep.events.keyed import ProcessResult, late_letter, validate_raw
+from cep.events.watermark import END_OF_INPUT
+from cep.metrics.operator import CompiledMetric, MetricOperator
 from query_lang.ast import StreamDecl
 from query_lang.compiler import normalise_value
 
@@ -40,7 +40,7 @@ class MetricProcessor:
     Parameters
     ----------
     metric:
-        The metric, from :func:`cep.metrics.compile_metric`.
+        The metric, from :func:`cep.metrics.operator.compile_metric`.
     streams:
         Stream name -> declaration (or prepared :class:`StreamSchema`), for validating raw events.
     lateness_ms:

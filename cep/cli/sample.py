@@ -17,6 +17,8 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from cep.cli.arguments import UsageError
+
 START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 CITIES = {
     "new_york": (40.7128, -74.0060),
@@ -276,7 +278,6 @@ def configure_parser(sub) -> None:
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     if args.events < 1 or args.files < 1:
-        from cep.cli import UsageError
 
         raise UsageError("--events and --files must be at least 1")
     planted = write_sample(args.out, args.events, seed=args.seed, files=args.files)

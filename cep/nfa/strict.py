@@ -3,11 +3,11 @@
 A rule qualifies (:func:`qualifies`) when its contiguity is ``strict``, its pattern has no
 negation, its steps have no ``by`` of their own, ``partials`` is ``all`` and every condition reads
 only the current event and ``prev`` with an exact column-wise form
-(:class:`cep.nfa.BatchCondition`). Whether a step can take an event then depends only on the
-event's *bits* (bit ``i``: variable ``i``'s condition holds), computed for a whole batch of keys
+(:class:`cep.nfa.compiler.BatchCondition`). Whether a step can take an event then depends only on
+the event's *bits* (bit ``i``: variable ``i``'s condition holds), computed for a whole batch of keys
 at once by :func:`condition_bits`.
 
-:func:`process_events` then does what :func:`cep.runtime.process_event` does for each event in
+:func:`process_events` then does what :func:`cep.nfa.runtime.process_event` does for each event in
 turn, without its per-event work: the Pike-VM run of a start position is abstracted to the
 ordered letters of its alternatives and which of them share a binding list, and the
 transitions between these abstract states are memoised per rule. Binding lists are built only
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.match import Match
-from cep.nfa import CompiledRule, prev_column
-from cep.runtime import (
+from cep.nfa.compiler import CompiledRule, prev_column
+from cep.nfa.match import Match
+from cep.nfa.runtime import (
     _NO_GUARDS,
     OutOfOrderEventError,
     RuleState,
@@ -118,7 +118,7 @@ def block_bits(
     column: Callable[[str], list[Any]],
     segments: Sequence[tuple[Sequence[Mapping[str, Any]], int, int]],
 ) -> list[int]:
-    """:func:`condition_bits` over rows held as columns (:mod:`cep.columnar`).
+    """:func:`condition_bits` over rows held as columns (:mod:`cep.events.columnar`).
 
     Parameters
     ----------
@@ -395,7 +395,7 @@ class _Automaton:
         return sid
 
     def step(self, sid: int, bits: int) -> tuple:
-        """One event for every alternative of a run, as ``cep.runtime._strict_step`` does.
+        """One event for every alternative of a run, as ``cep.nfa.runtime._strict_step`` does.
 
         Returns ``(new_sid, children, classes, best, length)``: ``children`` lists ``(parent
         class, place)`` per binding created, in creation order; ``classes`` the child of
@@ -455,7 +455,7 @@ class _Scan:
         self.bits = bits
         self.pos0 = pos0
         self.made: list[_Event | None] = [None] * len(events)
-        # Rows held as columns (cep.columnar.Rows) hand over their columns: no event objects.
+        # Rows held as columns (cep.events.columnar.Rows) hand over their columns: no event objects.
         columns = getattr(events, "event_columns", None)
         self.parts = columns() if columns is not None else None
 
@@ -542,7 +542,7 @@ def process_events(
     bits: Sequence[int],
     times: Sequence[int] | None = None,
 ) -> list[Match]:
-    """Feed a key's events in order; equal to :func:`cep.runtime.process_event` on each.
+    """Feed a key's events in order; equal to :func:`cep.nfa.runtime.process_event` on each.
 
     Parameters
     ----------
@@ -683,7 +683,7 @@ class _MatchContext:
 def _match(
     rule: CompiledRule, state: RuleState, word: list[tuple[int, _Event]], end_ms: int
 ) -> Match:
-    """``cep.runtime._build_match`` over a match's ``(place, event)`` pairs."""
+    """``cep.nfa.runtime._build_match`` over a match's ``(place, event)`` pairs."""
     names, places = rule.variables, rule.places
     events: dict[str, list[Any]] = {}
     by_var: dict[str, list[Mapping[str, Any]]] = {}
@@ -715,7 +715,7 @@ def _match(
 
 
 def _resume(rule: CompiledRule, resume: int, word: list[tuple[int, _Event]], first: int) -> int:
-    """The resume position after a match (``cep.runtime._Emitter._resume_after``)."""
+    """The resume position after a match (``cep.nfa.runtime._Emitter._resume_after``)."""
     kind = rule.skip
     if kind == "past_last":
         return word[-1][1].pos + 1

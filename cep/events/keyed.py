@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cep.events import (
+from cep.events.event import (
     SEQ_FIELD,
     STREAM_FIELD,
     BadEventError,
@@ -23,7 +23,7 @@ from cep.events import (
     dead_letter,
     stream_of,
 )
-from cep.eventtime import iso_ms
+from cep.events.watermark import iso_ms
 
 
 @dataclass

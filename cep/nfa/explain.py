@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cep.nfa import TAIL_GREEDY, TAIL_RELUCTANT, ClosureItem
+from cep.nfa.compiler import TAIL_GREEDY, TAIL_RELUCTANT, ClosureItem
 
 if TYPE_CHECKING:
-    from cep.nfa import CompiledRule
+    from cep.nfa.compiler import CompiledRule
 
 __all__ = ["describe", "to_dot"]
 
@@ -47,7 +47,7 @@ def describe(rule: CompiledRule) -> str:
     Examples
     --------
     >>> from query_lang.parser import parse
-    >>> from cep.nfa import compile_rule
+    >>> from cep.nfa.compiler import compile_rule
     >>> decl = parse("stream s (v int)\\nrule r from s pattern a b+ within 5m").declarations[1]
     >>> print(describe(compile_rule(decl)))  # doctest: +NORMALIZE_WHITESPACE
     rule r (version 1): contiguity relaxed, partials all, skip past_last, within 300000 ms
@@ -99,7 +99,7 @@ def to_dot(rule: CompiledRule) -> str:
     Examples
     --------
     >>> from query_lang.parser import parse
-    >>> from cep.nfa import compile_rule
+    >>> from cep.nfa.compiler import compile_rule
     >>> decl = parse("stream s (v int)\\nrule r from s pattern a b").declarations[1]
     >>> print(to_dot(compile_rule(decl)).splitlines()[0])
     digraph "r" {

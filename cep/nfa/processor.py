@@ -1,4 +1,4 @@
-"""Per-key processing of compiled rules: the :class:`cep.keyed.KeyedProcessor` behind both engines.
+"""Per-key processing of compiled rules: the :class:`cep.events.KeyedProcessor` behind both engines.
 
 A :class:`RuleProcessor` serves rules that share one key definition. The embedded engine keeps
 each key's :class:`KeyState` as a live object; the Spark operator stores it as bytes between
@@ -16,15 +16,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cep.events import (
+from cep.events.event import (
     STREAM_FIELD,
     EngineError,
     Event,
     StateError,
     StreamSchema,
 )
-from cep.eventtime import END_OF_INPUT, NO_WATERMARK
-from cep.keyed import ProcessResult, late_letter, validate_raw
+from cep.events.keyed import ProcessResult, late_letter, validate_raw
+from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
+from cep.nfa import runtime, strict
 from query_lang import ast
 from query_lang.ast import StreamDecl
 
@@ -49,7 +50,7 @@ _BLOB = struct.Struct("<I")
 
 
 class RuleRuntime(Protocol):
-    """The NFA runtime functions the processor drives (``cep.runtime``)."""
+    """The NFA runtime functions the processor drives (``cep.nfa.runtime``)."""
 
     def new_state(self, rule: Any, key: tuple | None = None) -> Any: ...
 
@@ -63,11 +64,9 @@ class RuleRuntime(Protocol):
 
 
 class _DefaultRuntime:
-    """Adapter over ``cep.runtime``, imported on first use."""
+    """Adapter over ``cep.nfa.runtime``, imported on first use."""
 
     def __init__(self) -> None:
-        from cep import runtime
-
         self._rt = runtime
         self.new_state = runtime.new_state
         self.process_event = runtime.process_event
@@ -128,18 +127,18 @@ class RuleProcessor:
     Parameters
     ----------
     rules:
-        Compiled rules (``cep.nfa.CompiledRule``); all must have the same ``key_fields``.
+        Compiled rules (``cep.nfa.compiler.CompiledRule``); all must have the same ``key_fields``.
     streams:
         Stream name -> declaration (or prepared :class:`StreamSchema`), for validating raw events.
     lateness_ms:
         Overrides every stream's declared lateness when given.
     runtime:
-        The NFA runtime; defaults to ``cep.runtime`` (tests pass a double).
+        The NFA runtime; defaults to ``cep.nfa.runtime`` (tests pass a double).
     dropped_partials:
         Counter (rule name -> partial matches dropped by the ``max_partials`` cap) to which the
         counts of rule states are added when they are discarded; the live states keep their own.
     fast_strict:
-        Let :meth:`run_batch` run rules that :func:`cep.strict.qualifies` as a column-wise scan
+        Let :meth:`run_batch` run rules that :func:`cep.nfa.strict.qualifies` as a column-wise scan
         (with the default runtime only); the result is the same either way.
     """
 
@@ -178,8 +177,6 @@ class RuleProcessor:
         self.runtime: RuleRuntime = runtime if runtime is not None else _DefaultRuntime()
         self._fast: frozenset[int] = frozenset()
         if fast_strict and runtime is None:
-            from cep import strict
-
             self._fast = frozenset(i for i, r in enumerate(self.rules) if strict.qualifies(r))
         by_stream: dict[str, list[tuple[int, Any]]] = {}
         for index, rule in enumerate(self.rules):
@@ -283,9 +280,9 @@ class RuleProcessor:
     ) -> None:
         """:meth:`run_events` for several keys: ``(key, state, items)`` per key.
 
-        Rules that :func:`cep.strict.qualifies` are run for all keys at once: their conditions
+        Rules that :func:`cep.nfa.strict.qualifies` are run for all keys at once: their conditions
         are evaluated column-wise over every key's events and each key's runs advance by
-        :func:`cep.strict.process_events`. The outputs equal those of :meth:`run_events` called
+        :func:`cep.nfa.strict.process_events`. The outputs equal those of :meth:`run_events` called
         per key, in the order that matters (per rule, keys in the order given).
         """
         fast = self._fast
@@ -294,7 +291,6 @@ class RuleProcessor:
                 self._run_rules(key, state, items, outputs, fast)
         if not fast:
             return
-        from cep import strict
 
         new_state = self.runtime.new_state
         for index in sorted(fast):
@@ -359,7 +355,7 @@ class RuleProcessor:
         index:
             The rule's index in :attr:`rules`.
         block:
-            A :class:`cep.columnar.Block`: the rows, grouped by key, each key's in
+            A :class:`cep.events.columnar.Block`: the rows, grouped by key, each key's in
             ``(ts, seq)`` order.
         segments:
             Per key, in the order of :meth:`run_batch`'s jobs: ``(key, state, lo, hi)``, the
@@ -367,7 +363,6 @@ class RuleProcessor:
         outputs:
             Matches are appended here.
         """
-        from cep import strict
 
         rule = self.rules[index]
         name = rule.name
@@ -434,7 +429,7 @@ class RuleProcessor:
         self, state: KeyState, watermark_ms: int, outputs: list[dict[str, Any]]
     ) -> None:
         """Advance every rule of the key whose timer is due at ``watermark_ms``; at
-        :data:`~cep.eventtime.END_OF_INPUT` every rule, so matches waiting to grow are flushed."""
+        :data:`~cep.events.END_OF_INPUT` every rule, so matches waiting to grow are flushed."""
         rt = self.runtime
         end = watermark_ms >= END_OF_INPUT
         for name, st in list(state.rules.items()):

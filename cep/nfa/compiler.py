@@ -4,7 +4,7 @@ The pattern regex is expanded (bounded quantifiers unrolled), built into a Thomp
 ε-edges are ordered by backtracking preference and may carry negation guards (``!x``), and then
 reduced to *letters* (one per variable occurrence, a TAKE edge) with the ordered ε-closure
 (PROCEED edges) after each letter precomputed. The per-key mutable state lives in
-:mod:`cep.runtime`; one :class:`CompiledRule` is shared by every key and thread.
+:mod:`cep.nfa.runtime`; one :class:`CompiledRule` is shared by every key and thread.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events import EngineError
+from cep.events.event import EngineError
 from query_lang import ast
+from query_lang import compiler as expressions
 from query_lang.errors import VigilError
 
 __all__ = [
@@ -103,7 +104,7 @@ class Condition:
     batch:
         The exact column-wise form over the current event and ``prev`` (None when the
         predicate reads earlier variables or an expression has no column-wise form); used by
-        the strict-contiguity scan (:mod:`cep.strict`).
+        the strict-contiguity scan (:mod:`cep.nfa.strict`).
     """
 
     predicate: Callable[[Mapping[str, Any], Any], bool] | None = None
@@ -300,16 +301,6 @@ class CompiledRule:
             if key not in keys:
                 keys.append(key)
         return keys
-
-    def describe(self) -> str:
-        from cep.explain import describe
-
-        return describe(self)
-
-    def to_dot(self) -> str:
-        from cep.explain import to_dot
-
-        return to_dot(self)
 
 
 # ---------------------------------------------------------------- pattern structure
@@ -574,27 +565,13 @@ def expression_reads(expr: ast.Expr | None, variables: frozenset[str]) -> tuple[
     return reads_vars, depth
 
 
-def _compiler():
-    try:
-        from query_lang import compiler
-    except ImportError:
-        return None
-    return compiler
-
-
 def _define_condition(
     d: ast.Define, rule: ast.RuleDecl, variables: frozenset[str], scope: Any
 ) -> Condition:
     reads_vars, depth = expression_reads(d.condition, variables)
     if d.condition is None:
         return Condition(stream=d.stream)
-    compiler = _compiler()
-    if compiler is None:
-        raise RuleCompileError(
-            f"rule {rule.name}: cannot compile the condition of {d.var} because the expression "
-            "compiler (query_lang.compiler) is not installed",
-            d.span,
-        )
+    compiler = expressions
     try:
         predicate = compiler.compile_predicate(d.condition, scope)
         columnar = None
@@ -804,15 +781,12 @@ def compile_rule(
         )
     rule_streams = tuple(rule.streams)
     names = frozenset(order)
-    scope = None
-    compiler = _compiler()
-    if compiler is not None:
-        scope = compiler.Scope(
-            streams=frozenset(streams) if streams else frozenset(rule_streams),
-            variables=names,
-            lists=lists or {},
-            search=search,
-        )
+    scope = expressions.Scope(
+        streams=frozenset(streams) if streams else frozenset(rule_streams),
+        variables=names,
+        lists=lists or {},
+        search=search,
+    )
     conds: list[Condition] = []
     for v in order:
         if conditions is not None and v in conditions:
@@ -827,15 +801,11 @@ def compile_rule(
     if emit is not None:
         emit_fns = tuple(emit)
     elif rule.emit is not None:
-        if compiler is None:
-            raise RuleCompileError(
-                f"rule {rule.name}: cannot compile `emit` without query_lang.compiler", rule.span
-            )
         try:
             emit_fns = tuple(
-                (_emit_name(i), compiler.compile_expr(i.expr, scope)) for i in rule.emit
+                (_emit_name(i), expressions.compile_expr(i.expr, scope)) for i in rule.emit
             )
-        except compiler.CompileError as exc:
+        except expressions.CompileError as exc:
             raise RuleCompileError(
                 f"rule {rule.name}: emit: {getattr(exc, 'message', exc)}",
                 getattr(exc, "span", None) or rule.span,

@@ -21,9 +21,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events import EngineError, StateError
-from cep.match import iso_utc
-from cep.windows import FIXED, SESSION, SLIDING_EVENT, WindowShape, assign_fixed, session_runs
+from cep.events.event import EngineError, StateError
+from cep.metrics.windows import (
+    FIXED,
+    SESSION,
+    SLIDING_EVENT,
+    WindowShape,
+    assign_fixed,
+    session_runs,
+)
+from cep.nfa.match import iso_utc
 from query_lang.ast import Call, Expr, FieldRef, Literal, MetricDecl, Node, Span, StreamDecl
 from query_lang.compiler import (
     CompileError,

@@ -14,9 +14,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events import STREAM_FIELD, Event
-from cep.eventtime import iso_ms
+from cep.events.event import STREAM_FIELD, Event
+from cep.events.watermark import iso_ms
+from cep.metrics.operator import MetricOperator, compile_metric
+from percolator import Percolator, Schema, compile_query
+from percolator.evaluate import field_predicate
+from percolator.extract import extract
 from query_lang import ast
+from query_lang.errors import VigilWarning
 
 
 class StandingQueries:
@@ -55,14 +60,11 @@ class StandingQueries:
         lists: Mapping[str, Any],
     ) -> list[tuple[ast.Node, Any]]:
         """Compile declarations without registering them (so a failing one registers none)."""
-        from cep.metrics import MetricOperator, compile_metric
-        from percolator import compile_query
-
         compiled = []
         for decl in decls:
             if isinstance(decl, ast.MetricDecl):
                 metric = compile_metric(
-                    decl, streams=streams, lists=lists, search=_search_hook(),
+                    decl, streams=streams, lists=lists, search=field_predicate,
                     lateness_ms=self.lateness_ms,
                 )
                 compiled.append((decl, MetricOperator(metric)))
@@ -90,8 +92,6 @@ class StandingQueries:
     def index(self, stream: str) -> Any:
         """The percolator of ``stream``'s queries (None if it has none), with every query
         registered so far indexed."""
-        from percolator import Percolator
-
         waiting = self._pending.pop(stream, None)
         if waiting is not None:
             decl, batch = waiting
@@ -219,10 +219,6 @@ def query_warnings(program: Any) -> list[Any]:
     field their stream does not declare (read as a keyword, per the open schema: often a typo),
     those that require nothing a document must contain (verified against every document of
     their streams, as the always-run bucket counts them) and those that can never match."""
-    from percolator import compile_query
-    from percolator.extract import extract
-    from query_lang.errors import VigilWarning
-
     found = []
     # Program.streams rebuilds its table from every declaration: looked up once, not per query.
     streams = program.streams
@@ -272,12 +268,5 @@ def _undeclared_fields(
 
 def query_schema(decl: ast.StreamDecl) -> Any:
     """The percolator schema of a stream: declared field types; times arrive as epoch ms."""
-    from percolator import Schema
-
     return Schema.of({f.name: f.type for f in decl.fields}, time_unit="ms")
 
-
-def _search_hook() -> Any:
-    from percolator.evaluate import field_predicate
-
-    return field_predicate

@@ -1,0 +1,120 @@
+"""Alert routing, between the engine and webhook delivery: which matches alert whom (``notify``),
+throttling, and the durable outbox they are written to before the engine moves on."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from query_lang import Program, ast
+
+from .dispatcher import Dispatcher, DrainResult
+from .endpoint import Endpoint
+from .errors import AlertConfigError
+from .outbox import Outbox
+from .throttle import Throttle
+
+DEFAULT_OUTBOX = os.path.join("out", "outbox.sqlite")
+
+
+def endpoints_from_program(
+    program: Program, env: Mapping[str, str] | None = None
+) -> dict[str, Endpoint]:
+    """One :class:`Endpoint` per ``webhook`` declaration, with secrets read from ``env``.
+
+    Raises
+    ------
+    AlertConfigError
+        Naming the webhook and the environment variable when a secret is missing.
+    """
+    env = os.environ if env is None else env
+    endpoints: dict[str, Endpoint] = {}
+    for name, decl in program.webhooks.items():
+        secrets = []
+        for secret in decl.secrets:
+            if secret.env is not None:
+                value = env.get(secret.env)
+                if not value:
+                    raise AlertConfigError(
+                        f"webhook '{name}' ({_where(decl)}) reads its secret from "
+                        f"${secret.env}, which is not set"
+                    )
+                secrets.append(value)
+            elif secret.value is not None:
+                secrets.append(secret.value)
+        if not secrets:
+            raise AlertConfigError(
+                f"webhook '{name}' ({_where(decl)}) has no secret; add: secret env VARIABLE"
+            )
+        endpoints[name] = Endpoint(name, decl.url, tuple(secrets))
+    return endpoints
+
+
+def _where(decl: ast.Node) -> str:
+    return f"{decl.span.file}:{decl.span.line}"
+
+
+def _time_ms(text: str | None) -> int:
+    if not text:
+        return 0
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+@dataclass
+class AlertSink:
+    """Takes every match; enqueues those whose rule, query or metric has ``notify``.
+
+    A match is written to the outbox (durably) before :meth:`submit` returns, so an engine
+    that acknowledges input after ``submit`` never loses an alert. ``throttle D`` lets one
+    alert per (name, key) through per interval of event time; the rest are counted.
+    """
+
+    program: Program
+    outbox: Outbox
+    endpoints: dict[str, Endpoint]
+    throttles: dict[str, Throttle] = field(default_factory=dict)
+    enqueued: int = 0
+    throttled: int = 0
+
+    @classmethod
+    def open(
+        cls, program: Program, outbox_path: str, env: Mapping[str, str] | None = None
+    ) -> AlertSink:
+        endpoints = endpoints_from_program(program, env)
+        directory = os.path.dirname(outbox_path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        sink = cls(program, Outbox(outbox_path), endpoints)
+        for decl in _standing(program).values():
+            if decl.throttle is not None:
+                sink.throttles[decl.name] = Throttle(decl.throttle.ms)
+        return sink
+
+    def submit(self, match: dict) -> bool:
+        """Enqueue ``match`` for its declaration's webhooks; False when nobody is notified or
+        the throttle held it back."""
+        decl = _standing(self.program).get(match.get("name", ""))
+        if decl is None or not decl.notify:
+            return False
+        throttle = self.throttles.get(decl.name)
+        if throttle is not None:
+            key = json.dumps(match.get("key", {}), sort_keys=True, default=str)
+            if not throttle.allow(decl.name, key, _time_ms(match.get("end"))):
+                self.throttled += 1
+                return False
+        targets = [self.endpoints[n] for n in decl.notify if n in self.endpoints]
+        self.enqueued += self.outbox.enqueue(match, targets)
+        return True
+
+    def drain(self, deadline_s: float) -> DrainResult:
+        return Dispatcher(self.outbox, list(self.endpoints.values())).drain(deadline_s)
+
+    def close(self) -> None:
+        self.outbox.close()
+
+
+def _standing(program: Program) -> dict[str, ast.Node]:
+    return {**program.rules, **program.queries, **program.metrics}

@@ -1,0 +1,9 @@
+"""The embedded engine: program loading, intake of events (one by one or column-wise), the
+rules, metrics and standing queries run over them, and the matches and dead letters out."""
+
+from __future__ import annotations
+
+from cep.engine.engine import Engine, EngineStats, load_declarations, load_list
+from cep.engine.queries import StandingQueries
+
+__all__ = ["Engine", "EngineStats", "StandingQueries", "load_declarations", "load_list"]
