@@ -12,11 +12,11 @@ import re
 import unicodedata
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
 from percolator.errors import InvalidDocumentError, SchemaError
+from query_lang.timestamps import parse_iso_ms
 
 __all__ = [
     "DEFAULT_FIELD",
@@ -188,20 +188,8 @@ def parse_timestamp(value: Any, unit: Literal["s", "ms"] = "s") -> float | None:
         return number / 1000.0 if unit == "ms" else float(number)
     if not isinstance(value, str):
         return None
-    return _parse_iso(value.strip())
-
-
-@lru_cache(maxsize=1 << 12)
-def _parse_iso(text: str) -> float | None:
-    if len(text) < 10 or not text[:4].isdigit():
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+    ms = parse_iso_ms(value)
+    return None if ms is None else ms / 1000.0
 
 
 @dataclass(frozen=True)

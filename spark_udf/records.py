@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import pandas as pd
+
+from query_lang import timestamps
 
 __all__ = [
     "DEAD_LETTER",
@@ -23,7 +24,7 @@ __all__ = [
     "dead_letter_record",
     "key_text",
     "match_record",
-    "parse_iso_ms",
+    "match_time_ms",
     "records_frame",
 ]
 
@@ -70,14 +71,15 @@ def key_text(key: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
     return canonical_json(list(key))
 
 
-def parse_iso_ms(value: Any) -> int | None:
-    """Epoch milliseconds of an ISO-8601 string, or an int/float already in ms; else ``None``.
+def match_time_ms(value: Any) -> int | None:
+    """A match time in epoch milliseconds: an ISO-8601 string (:mod:`query_lang.timestamps`), or
+    an int/float already in ms; else ``None``.
 
     Examples
     --------
-    >>> parse_iso_ms("2023-11-14T22:13:20.123Z")
+    >>> match_time_ms("2023-11-14T22:13:20.123Z")
     1700000000123
-    >>> parse_iso_ms(5), parse_iso_ms(None), parse_iso_ms("soon")
+    >>> match_time_ms(5), match_time_ms(None), match_time_ms("soon")
     (5, None, None)
     """
     if value is None or isinstance(value, bool):
@@ -85,20 +87,14 @@ def parse_iso_ms(value: Any) -> int | None:
     if isinstance(value, int | float):
         return int(value)
     if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-        if moment.tzinfo is None:
-            return None
-        return int(round(moment.timestamp() * 1000))
+        return timestamps.parse_iso_ms(value)
     return None
 
 
 def _first_time(match: Mapping[str, Any], names: Iterable[str]) -> int | None:
     for name in names:
         if name in match:
-            ms = parse_iso_ms(match[name])
+            ms = match_time_ms(match[name])
             if ms is not None:
                 return ms
     return None

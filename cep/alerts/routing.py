@@ -7,9 +7,9 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from query_lang import Program, ast
+from query_lang.timestamps import parse_iso_ms
 
 from .dispatcher import Dispatcher, DrainResult
 from .endpoint import Endpoint
@@ -60,7 +60,10 @@ def _where(decl: ast.Node) -> str:
 def _time_ms(text: str | None) -> int:
     if not text:
         return 0
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    ms = parse_iso_ms(text)
+    if ms is None:
+        raise ValueError(f"match time {text!r} is not an ISO-8601 time")
+    return ms
 
 
 @dataclass

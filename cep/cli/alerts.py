@@ -14,6 +14,7 @@ from cep.alerts import AlertConfigError, Dispatcher, Outbox, replay, status
 from cep.alerts.routing import DEFAULT_OUTBOX, endpoints_from_program
 from cep.cli.arguments import EXIT_ERRORS, UsageError, expand_rule_paths
 from query_lang import check_program
+from query_lang.timestamps import parse_iso_ms
 
 
 def configure_parser(sub) -> None:
@@ -66,12 +67,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
 
-    try:
-        since = datetime.fromisoformat(args.since.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--since {args.since!r} is not an ISO-8601 time") from None
-    if since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
+    since_ms = parse_iso_ms(args.since)
+    if since_ms is None:
+        raise UsageError(f"--since {args.since!r} is not an ISO-8601 time")
+    since = datetime.fromtimestamp(since_ms / 1000, tz=UTC)
     with _open_existing(args.outbox) as outbox:
         count = replay(outbox, since, args.endpoint)
     print(f"queued {count} alert(s) for delivery again")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from cep.cli.arguments import UsageError
+from query_lang.timestamps import format_iso_ms
 
 START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 CITIES = {
@@ -63,7 +64,7 @@ class Planted:
 
 
 def _iso(t: datetime) -> str:
-    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_iso_ms(round(t.timestamp() * 1000))
 
 
 def generate(n_events: int, seed: int = 7) -> tuple[list[dict], Planted]:

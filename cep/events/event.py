@@ -11,13 +11,13 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from query_lang.ast import StreamDecl
+from query_lang.timestamps import epoch_ms, parse_iso_ms
 
 __all__ = [
     "BadEventError",
@@ -42,8 +42,6 @@ STREAM_FIELD = "stream"
 SEQ_FIELD = "_seq"
 """Input position carried by raw events handed to a :class:`cep.events.keyed.KeyedProcessor`."""
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MS = timedelta(milliseconds=1)
 
 
 class EngineError(Exception):
@@ -460,28 +458,11 @@ def _convert(value: Any, kind: str, name: str, unit_ms: int) -> Any:
 def parse_timestamp(value: Any, unit_ms: int = 1000, name: str = "ts") -> int:
     """Epoch milliseconds from an ISO-8601 string or an epoch number in ``unit_ms`` units.
 
-    ISO-8601 times without an offset are taken as UTC.
+    ISO-8601 times without an offset are taken as UTC (:mod:`query_lang.timestamps`).
     """
-    if isinstance(value, bool):
-        pass
-    elif isinstance(value, int):
-        return value * unit_ms
-    elif isinstance(value, float):
-        if math.isfinite(value):
-            return int(round(value * unit_ms))
-    elif isinstance(value, str):
-        text = value.strip()
-        try:
-            when = datetime.fromisoformat(text)
-        except ValueError:
-            raise BadEventError(
-                EventReason.BAD_TIMESTAMP,
-                f"field '{name}' expected an ISO-8601 timestamp or epoch number, "
-                f"got {_describe(value)}",
-            ) from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        return (when - _EPOCH) // _MS
+    ms = parse_iso_ms(value) if isinstance(value, str) else epoch_ms(value, unit_ms)
+    if ms is not None:
+        return ms
     raise BadEventError(
         EventReason.BAD_TIMESTAMP,
         f"field '{name}' expected an ISO-8601 timestamp or epoch number, got {_describe(value)}",

@@ -12,10 +12,11 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+
+from query_lang.timestamps import format_iso_ms
 
 __all__ = [
     "END_OF_INPUT",
@@ -33,16 +34,16 @@ END_OF_INPUT = 2**63 - 1
 
 
 def iso_ms(ms: int) -> str:
-    """Epoch milliseconds as ISO-8601 UTC (``2026-01-01T00:00:00.000Z``), for messages."""
+    """Epoch milliseconds as ISO-8601 UTC (``2026-01-01T00:00:00.000Z``), for messages: the
+    watermark's sentinels as ``-inf``/``+inf``, a time beyond the year 9999 as ``N ms``."""
     if ms <= NO_WATERMARK:
         return "-inf"
     if ms >= END_OF_INPUT:
         return "+inf"
     try:
-        when = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (OverflowError, OSError, ValueError):
+        return format_iso_ms(ms)
+    except ValueError:
         return f"{ms} ms"
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Watermark:

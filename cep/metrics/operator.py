@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from cep.events.event import EngineError, StateError
+from cep.events.watermark import iso_ms
 from cep.metrics.windows import (
     FIXED,
     SESSION,
@@ -30,7 +31,6 @@ from cep.metrics.windows import (
     assign_fixed,
     session_runs,
 )
-from cep.nfa.match import iso_utc
 from query_lang.ast import Call, Expr, FieldRef, Literal, MetricDecl, Node, Span, StreamDecl
 from query_lang.compiler import (
     CompileError,
@@ -1124,8 +1124,8 @@ class MetricOperator:
         if len(ts) and self.watermark != _NO_WATERMARK and ts.min() < self.watermark:
             oldest = int(ts.min())
             raise MetricInputError(
-                f"metric '{self.compiled.name}': an event at {_iso(oldest)} is older than "
-                f"the watermark {_iso(self.watermark)}; hand late events to late()"
+                f"metric '{self.compiled.name}': an event at {iso_ms(oldest)} is older than "
+                f"the watermark {iso_ms(self.watermark)}; hand late events to late()"
             )
 
     def _retained(self, ts_ms: int, watermark: int) -> bool:
@@ -1405,7 +1405,7 @@ class MetricOperator:
         else:
             start_ms, end_ms = window.start, window.end
         key = dict(zip(compiled.by, group.key, strict=True))
-        window_json = {"start": _iso(start_ms), "end": _iso(end_ms)}
+        window_json = {"start": iso_ms(start_ms), "end": iso_ms(end_ms)}
         order = (end_ms, start_ms, json.dumps(key, sort_keys=True, default=str), window.revision)
         return order, {
             "kind": "metric",
@@ -1528,13 +1528,6 @@ class MetricOperator:
 def _ordered(rows: list[tuple[tuple, dict]]) -> list[dict]:
     """Rows in the order (window end, window start, key, revision)."""
     return [row for _, row in sorted(rows, key=lambda pair: pair[0])]
-
-
-def _iso(ms: int) -> str:
-    try:
-        return iso_utc(ms)
-    except (ValueError, OverflowError, OSError):  # beyond the years datetime can show
-        return f"{ms}ms"
 
 
 def _json_value(value: Any) -> Any:

@@ -9,39 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["Match", "iso_utc", "match_id_of"]
+from query_lang.timestamps import format_iso_ms
 
-
-def iso_utc(ms: int | float) -> str:
-    """Format epoch milliseconds as ISO-8601 UTC with millisecond precision.
-
-    Examples
-    --------
-    >>> iso_utc(0)
-    '1970-01-01T00:00:00.000Z'
-    >>> iso_utc(1_700_000_000_123)
-    '2023-11-14T22:13:20.123Z'
-    """
-    ms = int(ms)
-    day, rest = divmod(ms, _DAY_MS)
-    date = _DAYS.get(day)
-    if date is None:
-        # Matches come in bursts from the same days: format each day's date once.
-        if len(_DAYS) > 4096:
-            _DAYS.clear()
-        moment = datetime.fromtimestamp(day * 86_400, tz=UTC)
-        date = _DAYS[day] = moment.strftime("%Y-%m-%dT")
-    seconds, millis = divmod(rest, 1000)
-    minutes, second = divmod(seconds, 60)
-    hour, minute = divmod(minutes, 60)
-    return f"{date}{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
-
-
-_DAY_MS = 86_400_000
-_DAYS: dict[int, str] = {}
+__all__ = ["Match", "match_id_of"]
 
 
 def match_id_of(
@@ -107,7 +79,7 @@ class Match:
             "key": dict(self.key),
             "events": {var: list(ids) for var, ids in self.events.items()},
             "values": dict(self.values),
-            "start": iso_utc(self.start_ms),
-            "end": iso_utc(self.end_ms),
+            "start": format_iso_ms(self.start_ms),
+            "end": format_iso_ms(self.end_ms),
             "severity": self.severity,
         }

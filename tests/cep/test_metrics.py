@@ -18,8 +18,8 @@ from cep.metrics.operator import (
     compile_metric,
     metric_match_id,
 )
-from cep.nfa.match import iso_utc
 from query_lang import ast, load_program
+from query_lang.timestamps import format_iso_ms as iso_utc
 
 STREAM = (
     "stream txn (card_id string, amount float, merchant string, country string, device string,"

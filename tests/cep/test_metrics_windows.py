@@ -20,8 +20,8 @@ from cep.metrics.windows import (
     assign_fixed,
     session_runs,
 )
-from cep.nfa.match import iso_utc
 from query_lang import ast, load_program
+from query_lang.timestamps import format_iso_ms as iso_utc
 
 STREAM = "stream ev (g string, v float, card string, ts timestamp) time ts lateness {lateness}\n"
 END = 2**62

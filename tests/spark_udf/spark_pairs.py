@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cep.events.keyed import ProcessResult
-from cep.nfa.match import iso_utc
+from query_lang.timestamps import format_iso_ms as iso_utc
 
 
 def _match(name: str, key: tuple, events: dict[str, list[int]], start: int, end: int) -> dict:

@@ -10,8 +10,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from cep.metrics.operator import MetricOperator, compile_metric
-from cep.nfa.match import iso_utc
 from query_lang import load_program
+from query_lang.timestamps import format_iso_ms as iso_utc
 from sketches import HyperLogLog, TDigest, from_bytes
 from spark_udf.aggregates import approx_distinct, approx_percentile, sketch_agg
 from spark_udf.errors import OperatorConfigError
