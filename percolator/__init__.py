@@ -1,10 +1,12 @@
 """Indexed percolator: standing ``query`` blocks matched against every incoming document.
 
-Queries are compiled (:mod:`percolator.evaluate`), reduced to what a matching document must
-contain (:mod:`percolator.extract`), indexed by a swappable prefilter
-(:mod:`percolator.presearcher`; large segments as flat arrays, :mod:`percolator.columnar`) in a
-live segmented index (:mod:`percolator.index`), and each document's candidates are verified
-exactly (:mod:`percolator.matcher`).
+Queries are compiled (:mod:`percolator.evaluate`) into trees of matchers
+(:mod:`percolator.match_tree`, term tests from :mod:`percolator.term_patterns`), reduced to what a
+matching document must contain (:mod:`percolator.extract`), indexed by a swappable prefilter
+(:mod:`percolator.presearcher`: the protocol and the no-filter baseline;
+:mod:`percolator.indexed_presearcher` with :mod:`percolator.pattern_table`; large segments as
+flat arrays, :mod:`percolator.columnar`) in a live segmented index (:mod:`percolator.index`),
+and each document's candidates are verified exactly (:mod:`percolator.matcher`).
 """
 
 from __future__ import annotations
@@ -39,14 +41,9 @@ from percolator.evaluate import (
 )
 from percolator.extract import Requirement, Selectivity, extract
 from percolator.index import IndexStats, QueryIndex, RegisteredQuery
+from percolator.indexed_presearcher import COLUMNAR_THRESHOLD, IndexedPresearcher
 from percolator.matcher import BatchResult, BatchStats, Percolator, QueryMatch, match_id
-from percolator.presearcher import (
-    COLUMNAR_THRESHOLD,
-    IndexedPresearcher,
-    NoFilterPresearcher,
-    Presearcher,
-    Segment,
-)
+from percolator.presearcher import NoFilterPresearcher, Presearcher, Segment
 
 __all__ = [
     "COLUMNAR_THRESHOLD",

@@ -21,9 +21,9 @@ import ahocorasick
 import numpy as np
 
 from percolator.analysis import AnalyzedDocument
-from percolator.evaluate import TERM_EDGE, TermPattern
 from percolator.extract import Atom, term_filter
 from percolator.intervals import IntervalTable, value_hits
+from percolator.term_patterns import TERM_EDGE, TermPattern
 
 __all__ = ["ColumnarPostings", "probe_automaton"]
 

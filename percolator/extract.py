@@ -21,22 +21,19 @@ from typing import Any
 
 from percolator.analysis import DEFAULT_FIELD, KEYWORD, TEXT, AnalyzedDocument, Schema
 from percolator.errors import InvalidQueryError
-from percolator.evaluate import (
-    TERM_EDGE,
+from percolator.evaluate import CompiledQuery
+from percolator.interning import INTERN_POOL
+from percolator.match_tree import (
     AllMatch,
     AnyMatch,
-    CompiledQuery,
     ExistsMatch,
     Matcher,
     NotMatch,
     PatternMatch,
     RangeMatch,
     TermMatch,
-    TermPattern,
-    glob_pattern,
-    regex_literals,
-    shared,
 )
+from percolator.term_patterns import TERM_EDGE, TermPattern, glob_pattern, regex_literals
 
 __all__ = [
     "MAX_CLAUSES",
@@ -45,6 +42,7 @@ __all__ = [
     "Clause",
     "Requirement",
     "Selectivity",
+    "atom_holds",
     "extract",
     "term_filter",
 ]
@@ -104,6 +102,23 @@ def term_filter(kind: str, form: str, source: str) -> TermPattern:
 
 def _long(literals: Iterable[str]) -> tuple[str, ...]:
     return tuple(lit for lit in literals if len(lit) >= MIN_LITERAL)
+
+
+def atom_holds(doc: AnalyzedDocument, atom: Atom) -> bool:
+    """Whether ``atom`` holds for ``doc``, evaluated directly (the reference for the index)."""
+    kind, field_name = atom[0], atom[1]
+    if kind == "term":
+        return atom[2] in doc.terms(field_name)
+    if kind == "pattern":
+        return next(term_filter(*atom[2:]).matching_terms(doc, field_name), None) is not None
+    if kind == "exists":
+        return doc.has(field_name)
+    low, high = atom[2], atom[3]
+    values = doc.numbers(field_name) if kind == "number" else doc.timestamps(field_name)
+    for value in values:
+        if (low is None or low <= value) and (high is None or value <= high):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -270,8 +285,8 @@ def disjunction(parts: Iterable[Requirement], selectivity: Selectivity) -> Requi
 
 def _single_clause(atom: Atom) -> Clause:
     # The requirements of a million standing queries repeat the same atoms, and a frozenset
-    # costs 216 bytes: one shared clause per atom.
-    return shared(frozenset((atom,)))
+    # costs 216 bytes: one interned clause per atom.
+    return INTERN_POOL(frozenset((atom,)))
 
 
 def _atom_requirement(atoms: Iterable[Atom], exact: bool = False) -> Requirement:

@@ -23,7 +23,8 @@ from percolator.errors import (
 )
 from percolator.evaluate import CompiledQuery, compile_query
 from percolator.extract import Requirement
-from percolator.presearcher import IndexedPresearcher, Presearcher, Segment
+from percolator.indexed_presearcher import IndexedPresearcher
+from percolator.presearcher import Presearcher, Segment
 from query_lang.ast import SearchNode
 
 __all__ = ["IndexStats", "QueryIndex", "RegisteredQuery"]

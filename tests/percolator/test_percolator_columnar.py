@@ -12,8 +12,7 @@ from test_percolator_patterns import pattern_atoms
 from percolator import AnalyzedDocument, IndexedPresearcher, Percolator
 from percolator import columnar as columnar_module
 from percolator.columnar import ColumnarPostings
-from percolator.extract import term_filter
-from percolator.presearcher import _atom_holds
+from percolator.extract import atom_holds, term_filter
 from query_lang import parse_search
 
 FIELDS = ["*", "title", "body", "source", "tags", "note"]
@@ -52,11 +51,11 @@ checks_maps = st.dictionaries(
 def expected_candidates(postings, checks, doc) -> list[int]:
     posted = {
         slot for key, partner, slot in postings
-        if _atom_holds(doc, key) and (partner is None or _atom_holds(doc, partner))
+        if atom_holds(doc, key) and (partner is None or atom_holds(doc, partner))
     }
     return sorted(
         slot for slot in posted
-        if all(any(_atom_holds(doc, atom) for atom in clause) for clause in checks.get(slot, ()))
+        if all(any(atom_holds(doc, atom) for atom in clause) for clause in checks.get(slot, ()))
     )
 
 

@@ -13,7 +13,9 @@ MODULES = [
     "percolator.evaluate",
     "percolator.extract",
     "percolator.index",
+    "percolator.interning",
     "percolator.matcher",
+    "percolator.term_patterns",
 ]
 
 

@@ -17,16 +17,11 @@ from percolator import (
     explain,
     field_predicate,
 )
-from percolator.evaluate import (
-    AllMatch,
-    AnyMatch,
-    NotMatch,
-    SharedValues,
-    _merge_spans,
-    regex_literals,
-    wildcard_segments,
-)
+from percolator.evaluate import _merge_spans
 from percolator.extract import extract
+from percolator.interning import SharedValues
+from percolator.match_tree import AllMatch, AnyMatch, NotMatch
+from percolator.term_patterns import regex_literals, wildcard_segments
 from query_lang import parse_search
 from query_lang.ast import SearchAnd, SearchCompare, SearchRange, SearchTerm
 

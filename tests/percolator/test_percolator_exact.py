@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from percolator_support import FILTERING, SCHEMA, VARIANTS, baseline, documents, queries
 
 from percolator import AnalyzedDocument, Schema, compile_query, extract
-from percolator.presearcher import _atom_holds
+from percolator.extract import atom_holds
 from query_lang import parse_search
 
 SCHEMAS = [
@@ -24,7 +24,7 @@ SCHEMAS = [
 
 
 def requirement_holds(requirement, doc: AnalyzedDocument) -> bool:
-    return all(any(_atom_holds(doc, atom) for atom in clause) for clause in requirement.clauses)
+    return all(any(atom_holds(doc, atom) for atom in clause) for clause in requirement.clauses)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
