@@ -3,6 +3,8 @@ the matching builtin so callers may catch either."""
 
 from __future__ import annotations
 
+from query_lang.errors import VigilError
+
 __all__ = [
     "ConfigurationError",
     "DuplicateQueryError",
@@ -14,7 +16,7 @@ __all__ = [
 ]
 
 
-class PercolatorError(Exception):
+class PercolatorError(VigilError):
     """Root of every error raised by the percolator package."""
 
 

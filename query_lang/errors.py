@@ -63,6 +63,8 @@ class VigilError(Exception):
         return f"{head}\n  {text}\n  {caret}"
 
     def __str__(self) -> str:
+        if not self.span:
+            return self.message
         return f"{self.location()}: {self.message}"
 
 

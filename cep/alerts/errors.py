@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from query_lang.errors import VigilError
+
 __all__ = [
     "AlertConfigError",
     "AlertError",
@@ -13,7 +15,7 @@ __all__ = [
 ]
 
 
-class AlertError(Exception):
+class AlertError(VigilError):
     """Root of every error raised by ``cep.alerts``."""
 
 

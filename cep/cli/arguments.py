@@ -11,10 +11,12 @@ import glob
 import os
 from collections.abc import Sequence
 
+from query_lang.errors import VigilError
+
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
+class UsageError(VigilError):
     """The command line itself is wrong (missing file, bad option, unknown stream)."""
 
 

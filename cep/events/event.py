@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cep.errors import BadEventError, EngineError, StateError, UnknownRuleError
 from query_lang.ast import StreamDecl
 from query_lang.timestamps import epoch_ms, parse_iso_ms
 
@@ -41,39 +42,6 @@ STREAM_FIELD = "stream"
 
 SEQ_FIELD = "_seq"
 """Input position carried by raw events handed to a :class:`cep.events.keyed.KeyedProcessor`."""
-
-
-
-class EngineError(Exception):
-    """Root of the errors raised by the embedded engine (events, event time, engine, processor)."""
-
-
-class BadEventError(EngineError, ValueError):
-    """An event does not fit its stream; becomes a dead letter with ``reason`` and ``detail``.
-
-    Parameters
-    ----------
-    reason:
-        A short machine-readable cause, one of :class:`EventReason`'s values.
-    detail:
-        What exactly is wrong, naming the field and the offending value.
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-class StateError(EngineError, ValueError):
-    """Serialised per-key state is truncated, corrupted or of an unknown format version."""
-
-
-class UnknownRuleError(EngineError, KeyError):
-    """A rule name that is not registered."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class EventReason:

@@ -22,7 +22,6 @@ import pandas as pd
 from cep.events.event import EngineError
 from query_lang import ast
 from query_lang import compiler as expressions
-from query_lang.errors import VigilError
 
 __all__ = [
     "DEFAULT_MAX_PARTIALS",
@@ -50,7 +49,7 @@ TAIL_RELUCTANT = 2
 AGGREGATES = frozenset({"count", "sum", "avg", "min", "max"})
 
 
-class RuleCompileError(VigilError, EngineError, ValueError):
+class RuleCompileError(EngineError, ValueError):
     """A rule cannot be compiled into an NFA (bad pattern structure, missing condition ...).
 
     A language error (it renders with file, line and caret like every ``VigilError``) that the
