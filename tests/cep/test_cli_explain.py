@@ -20,12 +20,12 @@ def test_explain_text(capsys):
     assert "TAKE probe" in out and "TAKE big" in out and "ACCEPT" in out
 
 
-def test_explain_dot_renders(capsys, tmp_path):
+def test_explain_dot_renders(capsys, tmp_path, unavailable):
     assert main(["explain", "examples/trading.vigil", "--rule", "v_shape", "--format", "dot"]) == 0
     dot = capsys.readouterr().out
     assert dot.startswith('digraph "v_shape" {') and dot.rstrip().endswith("}")
     if shutil.which("dot") is None:
-        pytest.skip("Graphviz 'dot' is not installed; the DOT text was checked above")
+        unavailable("Graphviz 'dot' is not installed; the DOT text was checked above")
     svg = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True, check=True)
     assert "<svg" in svg.stdout
 

@@ -23,9 +23,9 @@ def _port_free(port: int) -> bool:
 
 
 @pytest.mark.parametrize("engine", [pytest.param("spark", marks=pytest.mark.slow), "embedded"])
-def test_demo_delivers_every_alert(tmp_path, capsys, engine):
+def test_demo_delivers_every_alert(tmp_path, capsys, engine, unavailable):
     if not _port_free(DEMO_PORT):
-        pytest.skip(f"port {DEMO_PORT}, which the example webhooks use, is busy")
+        unavailable(f"port {DEMO_PORT}, which the example webhooks use, is busy")
     out = tmp_path / "out"
     argv = ["demo", "--out", str(out), "--quiet"]
     assert main(argv if engine == "spark" else [*argv, "--engine", "embedded"]) == 0
