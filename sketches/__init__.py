@@ -1,11 +1,13 @@
 """Probabilistic sketches for Vigil: HyperLogLog++ (distinct counts), Bloom filters
 (membership), t-digests (quantiles) and Count-Min (frequencies, heavy hitters), all mergeable
-and serialisable, with deterministic hashing."""
+and serialisable, with deterministic hashing; and `StateCodec`, the frame of every binary state
+format in Vigil."""
 
 from __future__ import annotations
 
 from sketches.base import Sketch, from_bytes
 from sketches.bloom import BloomFilter
+from sketches.codec import Frame, StateCodec
 from sketches.countmin import CountMinSketch, CountMinTopK
 from sketches.errors import (
     CorruptSketchError,
@@ -24,11 +26,13 @@ __all__ = [
     "CorruptSketchError",
     "CountMinSketch",
     "CountMinTopK",
+    "Frame",
     "HyperLogLog",
     "IncompatibleSketchError",
     "InvalidParameterError",
     "Sketch",
     "SketchError",
+    "StateCodec",
     "TDigest",
     "UnsupportedValueError",
     "from_bytes",

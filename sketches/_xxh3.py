@@ -1,11 +1,20 @@
-"""xxh3_64 of many byte strings at once, in numpy: the closed forms xxh3 uses for inputs of up
-to 128 bytes, evaluated on a whole batch of strings packed Arrow-style (offsets + data).
+"""xxh3_64 of many values at once, in numpy: the closed forms xxh3 uses for inputs of up to 128
+bytes, evaluated on a whole batch of strings packed Arrow-style (offsets + data) or of 8-byte
+words.
 
 :func:`xxh3_64_packed` returns exactly ``xxhash.xxh3_64_intdigest(value, seed)`` for every
 value; values longer than 128 bytes (or a lower ``max_length``) go to that C function one at a
-time, or to a caller's function. The formulas follow
-``XXH3_len_0to16_64b`` and ``XXH3_len_17to128_64b`` of the reference implementation (xxHash
-0.8), with its default secret.
+time, or to a caller's function. :func:`xxh3_64_words` does the same for each uint64 word's 8
+bytes. The formulas follow ``XXH3_len_0to16_64b`` and ``XXH3_len_17to128_64b`` of the
+reference implementation (xxHash 0.8), with its default secret.
+
+Hand-written because it measured faster than the ``xxhash`` package, which hashes one bytes
+object per call. Per value, over 100,000 values (median of 15 interleaved runs, process CPU
+time; 2 shared x86_64 cores, Python 3.11.7, numpy 2.4.6, xxhash 4.1.0): an int64 array takes
+22-25 ns here against 217-245 ns for ``struct.pack`` plus ``xxh3_64_intdigest`` per value;
+strings already packed (a pandas column with Arrow storage) take 62 ns against 189-205 ns for
+``str.encode`` plus ``xxh3_64_intdigest`` per value. A list of Python ``str`` must first be
+packed by Arrow, and then measured on par with that per-value call (196-201 ns).
 
 Reads of 8 to 32 bytes at arbitrary offsets are fancy indexing into a view of the buffer with
 one ``V8``/``V16``/``V32`` item per byte offset: numpy copies each item with one memcpy, which is
@@ -21,7 +30,7 @@ from itertools import repeat
 import numpy as np
 import xxhash
 
-__all__ = ["MAX_CLOSED_FORM_LENGTH", "xxh3_64_packed", "xxh3_64_spans"]
+__all__ = ["MAX_CLOSED_FORM_LENGTH", "xxh3_64_packed", "xxh3_64_spans", "xxh3_64_words"]
 
 MAX_CLOSED_FORM_LENGTH = 128
 # The data starts this many bytes into the padded buffer, and the buffer reaches as far past
@@ -309,30 +318,70 @@ def _hash_1to3(
 def _hash_4to8(
     buffer: np.ndarray, s: np.ndarray, e: np.ndarray, n: np.ndarray, seed: int
 ) -> np.ndarray:
-    seed ^= int.from_bytes((seed & 0xFFFF_FFFF).to_bytes(4, "little"), "big") << 32
     # The first four bytes are the low half of the word at s, the last four the high half of
     # the word ending at e.
     h = _read(buffer, s, 1).reshape(-1) << _U32
     last = _read(buffer, e - 8, 1).reshape(-1)
     last >>= _U32
     h |= last
+    return _mix_4to8(h, n.view(np.uint64), seed, last)
+
+
+def xxh3_64_words(words: np.ndarray, seed: int) -> np.ndarray:
+    """xxh3_64 with ``seed`` of each uint64 word's 8 little-endian bytes.
+
+    Parameters
+    ----------
+    words
+        A one-dimensional ``uint64`` array; it is not modified.
+    seed
+        The xxh3 seed, in ``[0, 2**64)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        One ``uint64`` hash per word.
+
+    Examples
+    --------
+    >>> words = np.array([0, 1, 2**64 - 1], dtype=np.uint64)
+    >>> as_bytes = [int(w).to_bytes(8, "little") for w in words]
+    >>> xxh3_64_words(words, seed=5).tolist() == [xxhash.xxh3_64_intdigest(b, 5) for b in as_bytes]
+    True
+    """
+    # XXH3_len_4to8_64b reads the first four bytes as the high half: the word rotated by 32.
+    h = words >> _U32
+    scratch = words << _U32
+    h |= scratch
+    return _mix_4to8(h, _U8, seed, scratch)
+
+
+def _mix_4to8(
+    h: np.ndarray, n: np.ndarray | np.uint64, seed: int, scratch: np.ndarray
+) -> np.ndarray:
+    """The rest of ``XXH3_len_4to8_64b`` once its input word ``h`` is read: the xor with the
+    seeded secret, then the rrmxmx finaliser with length ``n``. Works in place on ``h`` and
+    ``scratch`` (an array of h's shape) and returns ``h``."""
+    seed ^= int.from_bytes((seed & 0xFFFF_FFFF).to_bytes(4, "little"), "big") << 32
     h ^= np.uint64(((_secret64(8) ^ _secret64(16)) - seed) & _MASK64)
-    # rrmxmx: h ^= rotl(h, 49) ^ rotl(h, 24); each rotation's halves have disjoint bits.
-    mixed = h << _U49
-    np.right_shift(h, _U15, out=last)
-    mixed |= last
-    np.left_shift(h, _U24, out=last)
-    mixed ^= last
-    np.right_shift(h, _U40, out=last)
-    mixed ^= last
-    h ^= mixed
+    # In-place ufuncs into two scratch arrays: allocations cost as much as the arithmetic.
+    other = np.empty_like(h)
+    # h ^= rotl(h, 49) ^ rotl(h, 24); each rotation's halves have disjoint bits, so xor = or.
+    np.left_shift(h, _U49, out=other)
+    np.right_shift(h, _U15, out=scratch)
+    other |= scratch
+    np.left_shift(h, _U24, out=scratch)
+    other ^= scratch
+    np.right_shift(h, _U40, out=scratch)
+    other ^= scratch
+    h ^= other
     h *= _PRIME_MX2
-    np.right_shift(h, _U35, out=last)
-    last += n.view(np.uint64)
-    h ^= last
+    np.right_shift(h, _U35, out=scratch)
+    scratch += n
+    h ^= scratch
     h *= _PRIME_MX2
-    np.right_shift(h, _U28, out=last)
-    h ^= last
+    np.right_shift(h, _U28, out=scratch)
+    h ^= scratch
     return h
 
 

@@ -12,25 +12,35 @@ Byte layout (little-endian)::
     8       4     body length n
     12      n     body: the kind's parameters, then its state
     12+n    4     CRC-32 of bytes [0, 12+n)
+
+that is, a `sketches.codec.StateCodec` frame with three header fields (kind, hash function id,
+reserved), a body length and a CRC-32 trailer.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from sketches.codec import StateCodec
 from sketches.errors import CorruptSketchError, IncompatibleSketchError
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "Sketch", "from_bytes"]
 
 MAGIC = b"VGSK"
 FORMAT_VERSION = 1
-_HEADER = struct.Struct("<4sBBBBI")
-_TRAILER = struct.Struct("<I")
+_CODEC = StateCodec(
+    MAGIC,
+    FORMAT_VERSION,
+    fields="BBB",
+    length=True,
+    checksum="crc32",
+    name="sketch",
+    error=CorruptSketchError,
+)
 _SKETCH_KINDS: dict[int, type[Sketch]] = {}
 
 
@@ -87,9 +97,7 @@ class Sketch(ABC):
 
     def to_bytes(self) -> bytes:
         """Serialise to the framed, checksummed byte format described in `sketches.base`."""
-        body = self._body()
-        framed = _HEADER.pack(MAGIC, FORMAT_VERSION, self.kind, self.hash_id, 0, len(body)) + body
-        return framed + _TRAILER.pack(zlib.crc32(framed))
+        return _CODEC.encode(self._body(), self.kind, self.hash_id, 0)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> Self:
@@ -143,31 +151,8 @@ class Sketch(ABC):
 
 
 def _unframe(data: bytes | bytearray | memoryview) -> tuple[int, int, memoryview]:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise CorruptSketchError(f"expected bytes, got {type(data).__name__}")
-    view = memoryview(data).cast("B")
-    if len(view) < _HEADER.size + _TRAILER.size:
-        raise CorruptSketchError(
-            f"sketch bytes truncated: {len(view)} bytes is shorter than a header"
-        )
-    magic, version, kind, hash_id, _reserved, length = _HEADER.unpack_from(view)
-    if magic != MAGIC:
-        raise CorruptSketchError(f"not a Vigil sketch: magic {bytes(magic)!r}, expected {MAGIC!r}")
-    if version != FORMAT_VERSION:
-        raise CorruptSketchError(
-            f"sketch format version {version} is not supported (this version reads "
-            f"{FORMAT_VERSION})"
-        )
-    expected = _HEADER.size + length + _TRAILER.size
-    if len(view) != expected:
-        raise CorruptSketchError(
-            f"sketch bytes truncated or padded: header says {expected} bytes, got {len(view)}"
-        )
-    end = _HEADER.size + length
-    (checksum,) = _TRAILER.unpack_from(view, end)
-    if zlib.crc32(view[:end]) != checksum:
-        raise CorruptSketchError("sketch bytes corrupted: CRC-32 checksum mismatch")
-    return kind, hash_id, view[_HEADER.size : end]
+    (kind, hash_id, _reserved), body = _CODEC.decode(data)
+    return kind, hash_id, body
 
 
 def from_bytes(data: bytes | bytearray | memoryview) -> Sketch:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from sketches import UnsupportedValueError, hash_value, hash_values
+from sketches._xxh3 import xxh3_64_words
 from sketches.errors import SketchError
 from sketches.hashing import SEED_BYTES, SEED_FLOAT, SEED_INT, SEED_NONE, SEED_STR, is_scalar
 
@@ -143,3 +144,35 @@ def test_hashes_spread_over_all_bits():
     bits = (hashes[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
     frequency = bits.mean(axis=0)
     assert np.all(np.abs(frequency - 0.5) < 0.01)
+
+
+# xxh3's 4-to-8-byte mixing step, shared by int64/float64 arrays and 4-to-8-byte strings:
+# values computed before it had one home (commit ce21db5).
+PINNED_INT64 = [
+    (0, 11868213313933089600),
+    (1, 4128920943310781161),
+    (-1, 13419968738655058142),
+    (2**62, 8367440334876661184),
+    (-(2**63), 5296054572576365127),
+    (123456789, 421692361039571581),
+]
+PINNED_4_TO_8_BYTES = [
+    ("abcd", 16719205506616653606),
+    ("vigil", 10184781135903137770),
+    ("12345678", 15365819851203197872),
+]
+
+
+def test_pinned_mixing_step():
+    words = np.array([v for v, _ in PINNED_INT64], dtype=np.int64).view(np.uint64)
+    assert xxh3_64_words(words, SEED_INT).tolist() == [h for _, h in PINNED_INT64]
+    assert hash_values(words.view(np.int64)).tolist() == [h for _, h in PINNED_INT64]
+    strings = [s for s, _ in PINNED_4_TO_8_BYTES]
+    assert hash_values(strings).tolist() == [h for _, h in PINNED_4_TO_8_BYTES]
+    assert hash_values(np.array(strings)).tolist() == [h for _, h in PINNED_4_TO_8_BYTES]
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=50), st.integers(0, 2**64 - 1))
+def test_words_kernel_matches_xxhash(words, seed):
+    expected = [xxhash.xxh3_64_intdigest(w.to_bytes(8, "little"), seed=seed) for w in words]
+    assert xxh3_64_words(np.array(words, dtype=np.uint64), seed).tolist() == expected
