@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from sketches.codec import StateCodec
 from spark_udf.errors import BucketStateError
 
 __all__ = ["NO_TIME", "BucketState", "KeySlot"]
@@ -19,12 +20,13 @@ __all__ = ["NO_TIME", "BucketState", "KeySlot"]
 NO_TIME = -(2**63)
 """Stored in place of a missing time (no timer due, no timer registered)."""
 
-_MAGIC = b"VGBK"
 # Version 2: JSON rows are bucketed by a hash of their key computed in Python
 # (spark_udf.routing), so a version-1 checkpoint's keys would sit in other buckets.
 # Version 3: the header records the number of buckets the keys were hashed into.
 _FORMAT_VERSION = 3
-_HEADER = struct.Struct("<4sBqII")
+_CODEC = StateCodec(b"VGBK", _FORMAT_VERSION, fields="qII", name="bucket state",
+                    error=BucketStateError)
+"""Magic, format version, registered timer, bucket count and key count, then the entries."""
 _ENTRY = struct.Struct("<IIq")
 _NO_STATE = 0xFFFFFFFF
 
@@ -88,9 +90,7 @@ class BucketState:
         True
         """
         registered = NO_TIME if self.registered_ms is None else self.registered_ms
-        parts = [_HEADER.pack(
-            _MAGIC, _FORMAT_VERSION, registered, self.buckets or 0, len(self.keys)
-        )]
+        parts = []
         for key, slot in self.keys.items():
             encoded = key.encode("utf-8")
             state = slot.state
@@ -99,7 +99,7 @@ class BucketState:
             parts.append(encoded)
             if state is not None:
                 parts.append(state)
-        return b"".join(parts)
+        return _CODEC.encode(b"".join(parts), registered, self.buckets or 0, len(self.keys))
 
     @classmethod
     def from_bytes(cls, data: bytes | None, buckets: int | None = None) -> BucketState:
@@ -116,40 +116,28 @@ class BucketState:
         """
         if not data:
             return cls(buckets=buckets)
-        view = memoryview(data)
-        try:
-            magic, version, registered, stored_buckets, count = _HEADER.unpack_from(view, 0)
-        except struct.error:
-            raise BucketStateError(f"bucket state too short ({len(data)} bytes)") from None
-        if magic != _MAGIC:
-            raise BucketStateError(f"not a Vigil bucket state (magic {bytes(magic)!r})")
-        if version != _FORMAT_VERSION:
-            raise BucketStateError(
-                f"bucket state format version {version} is not supported "
-                f"(expected {_FORMAT_VERSION}); the checkpoint was written by another version "
-                "of Vigil, start from a new checkpoint directory"
-            )
+        (registered, stored_buckets, count), view = _CODEC.decode(data)
         if buckets is not None and stored_buckets and stored_buckets != buckets:
             raise BucketStateError(
                 f"the checkpoint's state was hashed into {stored_buckets} buckets per processor, "
                 f"this query uses {buckets}: run it with buckets={stored_buckets} "
                 f"(vigil run --buckets {stored_buckets}) or start from a new checkpoint directory"
             )
-        offset = _HEADER.size
+        offset = 0
         keys: dict[str, KeySlot] = {}
         try:
             for index in range(count):
                 key_len, state_len, due = _ENTRY.unpack_from(view, offset)
                 offset += _ENTRY.size
                 end = offset + key_len
-                if end > len(data):
+                if end > len(view):
                     raise BucketStateError(f"bucket state truncated in key #{index}")
                 key = bytes(view[offset:end]).decode("utf-8")
                 offset = end
                 state = None
                 if state_len != _NO_STATE:
                     end = offset + state_len
-                    if end > len(data):
+                    if end > len(view):
                         raise BucketStateError(f"bucket state truncated in the state of {key}")
                     state = bytes(view[offset:end])
                     offset = end
@@ -158,9 +146,9 @@ class BucketState:
             raise BucketStateError(f"bucket state truncated after {len(keys)} keys") from None
         except UnicodeDecodeError as exc:
             raise BucketStateError(f"corrupted key in bucket state: {exc}") from None
-        if offset != len(data):
+        if offset != len(view):
             raise BucketStateError(
-                f"bucket state has {len(data) - offset} unexpected trailing bytes"
+                f"bucket state has {len(view) - offset} unexpected trailing bytes"
             )
         return cls(
             keys, None if registered == NO_TIME else registered, stored_buckets or buckets

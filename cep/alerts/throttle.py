@@ -7,17 +7,17 @@ in its per-key state.
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Mapping
 from typing import Any
+
+from sketches.codec import StateCodec
 
 from .errors import AlertConfigError, ThrottleStateError
 
 __all__ = ["Throttle"]
 
-_MAGIC = b"VTHR"
-_FORMAT_VERSION = 1
-_HEADER = struct.Struct(">4sB")
+_CODEC = StateCodec(b"VTHR", 1, name="throttle state", error=ThrottleStateError)
+"""Magic, a format version, then canonical JSON."""
 
 
 def _canonical_key(key: Any) -> str:
@@ -131,7 +131,7 @@ class Throttle:
             "suppressed": dict(sorted(self._suppressed.items())),
         }
         payload = json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        return _HEADER.pack(_MAGIC, _FORMAT_VERSION) + payload
+        return _CODEC.encode(payload)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Throttle:
@@ -142,17 +142,9 @@ class Throttle:
         ThrottleStateError
             If the bytes are not throttle state or use an unknown format version.
         """
-        if len(data) < _HEADER.size:
-            raise ThrottleStateError("throttle state is truncated")
-        magic, version = _HEADER.unpack_from(data)
-        if magic != _MAGIC:
-            raise ThrottleStateError("bytes are not throttle state (bad magic)")
-        if version != _FORMAT_VERSION:
-            raise ThrottleStateError(
-                f"throttle state format {version} is not supported (expected {_FORMAT_VERSION})"
-            )
+        _, body = _CODEC.decode(data)
         try:
-            state = json.loads(bytes(data[_HEADER.size :]).decode("utf-8"))
+            state = json.loads(bytes(body).decode("utf-8"))
             throttle = cls(state["interval_ms"])
             for rule, key, last in state["last_allowed"]:
                 throttle._last_allowed[(str(rule), str(key))] = int(last)

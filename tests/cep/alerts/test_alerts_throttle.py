@@ -63,7 +63,7 @@ def test_round_trip_and_format_header() -> None:
     [
         (b"", "truncated"),
         (b"XXXX\x01{}", "bad magic"),
-        (b"VTHR\x02{}", "format 2"),
+        (b"VTHR\x02{}", "format version 2"),
         (b"VTHR\x01{not json", "corrupt"),
         (b'VTHR\x01{"interval_ms": -1, "last_allowed": [], "suppressed": {}}', "corrupt"),
         (b'VTHR\x01{"interval_ms": 5}', "corrupt"),
