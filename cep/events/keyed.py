@@ -23,7 +23,7 @@ from cep.events.event import (
     dead_letter,
     stream_of,
 )
-from cep.events.watermark import iso_ms
+from cep.events.watermark import END_OF_INPUT, iso_ms
 
 
 @dataclass
@@ -70,6 +70,33 @@ class KeyedProcessor(Protocol):
         self, key: tuple, state: bytes | None, timer_ms: int, watermark_ms: int
     ) -> ProcessResult:
         """Advance the key to the watermark because a registered timer fired."""
+
+
+class KeyedProcessorBase:
+    """``on_timer`` and ``close`` written once, in terms of the subclass's ``process``: both are
+    a call without events that moves the key to a later watermark, where ``process`` releases
+    what that watermark allows (windows, absences, buffered events)."""
+
+    def process(
+        self,
+        key: tuple,
+        state: bytes | None,
+        events: Sequence[Mapping[str, Any]],
+        watermark_ms: int | None,
+    ) -> ProcessResult:
+        """Each processor's own: see :meth:`KeyedProcessor.process`."""
+        raise NotImplementedError
+
+    def on_timer(
+        self, key: tuple, state: bytes | None, timer_ms: int, watermark_ms: int
+    ) -> ProcessResult:
+        """A registered timer fired: advance the key to the later of the timer and the watermark."""
+        return self.process(key, state, (), max(timer_ms, watermark_ms))
+
+    def close(self, key: tuple, state: bytes | None) -> ProcessResult:
+        """End of input for the key: advance it to :data:`~cep.events.watermark.END_OF_INPUT`,
+        so everything it holds is released or fired."""
+        return self.process(key, state, (), END_OF_INPUT)
 
 
 def validate_raw(

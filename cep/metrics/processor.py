@@ -1,11 +1,11 @@
 """Per-group processing of ``metric`` blocks: the :class:`cep.events.KeyedProcessor` that runs a
 metric's window operator inside the Spark operator.
 
-The embedded engine runs one :class:`~cep.metrics.operator.MetricOperator` per metric over all its
+The embedded engine runs one :class:`~cep.metrics.MetricOperator` per metric over all its
 groups. Every window, aggregate and ``seen`` history belongs to one ``by`` group, so the same
 operator restricted to one group gives that group's rows exactly; :class:`MetricProcessor`
 partitions a metric by its ``by`` values and stores each group's operator as
-:meth:`~cep.metrics.operator.MetricOperator.to_bytes` between calls, like a rule's key state.
+:meth:`~cep.metrics.MetricOperator.to_bytes` between calls, like a rule's key state.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from cep.events.event import (
     Event,
     StreamSchema,
 )
-from cep.events.keyed import ProcessResult, late_letter, validate_raw
-from cep.events.watermark import END_OF_INPUT
-from cep.metrics.operator import CompiledMetric, MetricOperator
+from cep.events.keyed import KeyedProcessorBase, ProcessResult, late_letter, validate_raw
+from cep.metrics.compiler import CompiledMetric
+from cep.metrics.operator import MetricOperator
 from query_lang.ast import StreamDecl
 from query_lang.compiler import normalise_value
 
 __all__ = ["MetricProcessor"]
 
 
-class MetricProcessor:
+class MetricProcessor(KeyedProcessorBase):
     """Runs one compiled metric, one ``by`` group at a time.
 
     The key of an event is the tuple of its ``by`` values (``()`` for a metric without ``by``,
@@ -40,7 +40,7 @@ class MetricProcessor:
     Parameters
     ----------
     metric:
-        The metric, from :func:`cep.metrics.operator.compile_metric`.
+        The metric, from :func:`cep.metrics.compile_metric`.
     streams:
         Stream name -> declaration (or prepared :class:`StreamSchema`), for validating raw events.
     lateness_ms:
@@ -136,16 +136,6 @@ class MetricProcessor:
                 self._absorb(operator, event, events[i], outputs, dead)
         outputs.extend(operator.advance_watermark(final_watermark_ms))
         return self._result(operator, outputs, dead)
-
-    def on_timer(
-        self, key: tuple, state: bytes | None, timer_ms: int, watermark_ms: int
-    ) -> ProcessResult:
-        """A registered timer fired: advance the group to the watermark."""
-        return self.process(key, state, (), max(timer_ms, watermark_ms))
-
-    def close(self, key: tuple, state: bytes | None) -> ProcessResult:
-        """End of input for the group: every open window emits its final row."""
-        return self.process(key, state, (), END_OF_INPUT)
 
     # ------------------------------------------------------------------ helpers
 

@@ -99,11 +99,6 @@ class WindowShape:
             f"unknown window kind {window.kind!r}; expected tumbling, hopping, sliding or session"
         )
 
-    @property
-    def windows_per_event(self) -> int:
-        """How many :data:`FIXED` windows an event can fall into: ``ceil(size / every)``."""
-        return -(-self.size_ms // self.every_ms) if self.mode == FIXED else 1
-
     def earliest_end(self, ts: int) -> int:
         """End of the earliest window an event at ``ts`` belongs to (its own, for sessions and
         per-event sliding windows), which decides whether a late event can still be counted.

@@ -23,7 +23,7 @@ from cep.events.event import (
     StateError,
     StreamSchema,
 )
-from cep.events.keyed import ProcessResult, late_letter, validate_raw
+from cep.events.keyed import KeyedProcessorBase, ProcessResult, late_letter, validate_raw
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from cep.nfa import runtime, strict
 from query_lang import ast
@@ -121,7 +121,7 @@ class KeyState:
         return not self.rules and not self.pending
 
 
-class RuleProcessor:
+class RuleProcessor(KeyedProcessorBase):
     """Runs compiled rules that share one key definition, one key at a time.
 
     Parameters
@@ -500,16 +500,6 @@ class RuleProcessor:
         self.run_events(key, ks, ((e, None) for e in pending[:cut]), outputs)
         self.fire_timers(ks, watermark_ms, outputs)
         return self._result(ks, outputs, dead)
-
-    def on_timer(
-        self, key: tuple, state: bytes | None, timer_ms: int, watermark_ms: int
-    ) -> ProcessResult:
-        """A registered timer fired: release due events and advance the key to the watermark."""
-        return self.process(key, state, (), max(timer_ms, watermark_ms))
-
-    def close(self, key: tuple, state: bytes | None) -> ProcessResult:
-        """End of input for the key: release everything and fire every pending absence."""
-        return self.process(key, state, (), END_OF_INPUT)
 
     # ------------------------------------------------------------------ state bytes
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cep.events.event import EngineError, StateError
-from cep.metrics.operator import (
+from cep.metrics import (
     MetricCompileError,
     MetricInputError,
     MetricOperator,
@@ -428,19 +428,25 @@ def test_compile_errors_name_the_metric_and_the_place() -> None:
         )
         return ast.MetricDecl(**{**base.__dict__, **changes})
 
-    with pytest.raises(MetricCompileError, match="metric 'm': reads undeclared stream 'pay'"):
+    declaration = ast.Span("rules.vigil", 1, 1)
+    with pytest.raises(MetricCompileError) as error:
         compile_metric(metric(streams=("pay",)), streams={"txn": stream})
+    assert (error.value.message, error.value.span) == (
+        "metric 'm': reads undeclared stream 'pay'", declaration
+    )
     bad_q = ast.Call("approx_percentile", (ast.FieldRef("amount"), ast.Literal(99, span=at)))
-    with pytest.raises(MetricCompileError, match=r"rules.vigil:3:7: metric 'm'.*from 0 to 1"):
+    with pytest.raises(MetricCompileError, match=r"^rules.vigil:3:7: metric 'm'.*from 0 to 1"):
         compile_metric(metric(select=(ast.EmitItem(bad_q, "p"),)), streams={"txn": stream})
-    with pytest.raises(MetricCompileError, match="cannot group by 'tags'"):
+    with pytest.raises(MetricCompileError, match="cannot group by 'tags'") as error:
         compile_metric(metric(by=("tags",)), streams={"txn": stream})
+    assert error.value.span == declaration
     with pytest.raises(MetricCompileError, match="longer than zero"):
         compile_metric(metric(window=ast.Window("tumbling", ast.Duration(0))),
                        streams={"txn": stream})
     unknown = ast.InList(ast.FieldRef("amount"), "nope", span=at)
-    with pytest.raises(MetricCompileError, match="rules.vigil:3:7"):
+    with pytest.raises(MetricCompileError, match="^rules.vigil:3:7: metric 'm': ") as error:
         compile_metric(metric(where=unknown), streams={"txn": stream})
+    assert error.value.span == at and error.value.message.startswith("metric 'm': ")
 
 
 def test_the_worked_example_of_the_documentation() -> None:

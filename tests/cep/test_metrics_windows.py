@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cep.metrics.operator import MetricOperator, compile_metric
+from cep.metrics import MetricOperator, compile_metric
 from cep.metrics.windows import (
     FIXED,
     SESSION,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cep.engine.engine import Engine
 from cep.events.watermark import END_OF_INPUT
-from cep.metrics.processor import MetricProcessor
+from cep.metrics import MetricProcessor
 from spark_udf.batch import (
     ARRIVAL_COLUMN,
     LATE_COLUMN,
