@@ -33,7 +33,7 @@ from cep.metrics.compiler import (
 )
 from cep.metrics.errors import MetricInputError, MetricStateError
 from cep.metrics.groups import GroupState, RowBuffer, WindowState
-from cep.metrics.state import MAGIC, STATE_VERSION, StateReader, StateWriter
+from cep.metrics.state import CODEC, StateReader, StateWriter
 from cep.metrics.windows import FIXED, SESSION, SLIDING_EVENT, assign_fixed, session_runs
 from query_lang.compiler import normalise_value
 
@@ -518,15 +518,12 @@ class MetricOperator:
         the metric's fingerprint, so it only loads into an operator of the same definition.
         """
         out = StateWriter()
-        out.raw(MAGIC)
-        out.u8(STATE_VERSION)
-        out.raw(self.compiled.fingerprint)
         out.i64(self.watermark)
         out.i64(self._next_session)
         out.u32(len(self._groups))
         for group in self._groups.values():
             group.write(out, self.compiled.aggregates)
-        return out.finish()
+        return CODEC.encode(out.finish(), self.compiled.fingerprint)
 
     @classmethod
     def from_bytes(cls, compiled: CompiledMetric, data: bytes) -> MetricOperator:
@@ -538,20 +535,13 @@ class MetricOperator:
             When the bytes are truncated or corrupted, of another format version, or were
             written by an operator of another metric definition.
         """
-        src = StateReader(data, compiled.name)
-        if src.raw(4) != MAGIC:
-            raise MetricStateError(f"metric '{compiled.name}': not metric operator state")
-        version = src.u8()
-        if version != STATE_VERSION:
-            raise MetricStateError(
-                f"metric '{compiled.name}': state format version {version} is not supported "
-                f"(this version reads {STATE_VERSION})"
-            )
-        if src.raw(32) != compiled.fingerprint:
+        (fingerprint,), body = CODEC.decode(data, context=f"metric '{compiled.name}'")
+        if fingerprint != compiled.fingerprint:
             raise MetricStateError(
                 f"metric '{compiled.name}': the state was written for another definition of "
                 "the metric"
             )
+        src = StateReader(body, compiled.name)
         operator = cls(compiled)
         operator.watermark = src.i64()
         operator._next_session = src.i64()

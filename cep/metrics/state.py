@@ -1,9 +1,9 @@
-"""The byte encoding of a metric operator's state: little-endian, length-prefixed values closed by
-a checksum, behind a magic and a format version (:data:`STATE_VERSION`)."""
+"""The byte encoding of a metric operator's state: little-endian, length-prefixed values, framed
+by :data:`CODEC` (magic, format version :data:`STATE_VERSION`, the metric's fingerprint, and a
+checksum closing the bytes)."""
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from typing import Any
 
@@ -12,14 +12,19 @@ import numpy as np
 from cep.metrics.columns import ValueColumn
 from cep.metrics.errors import MetricStateError
 from query_lang.compiler import normalise_value
+from sketches.codec import StateCodec
 
-__all__ = ["MAGIC", "STATE_VERSION", "StateReader", "StateWriter"]
+__all__ = ["CODEC", "MAGIC", "STATE_VERSION", "StateReader", "StateWriter"]
 
 STATE_VERSION = 1
 """Version of :meth:`cep.metrics.MetricOperator.to_bytes`'s format."""
 
 MAGIC = b"VGMO"
 """The first bytes of metric operator state."""
+
+CODEC = StateCodec(MAGIC, STATE_VERSION, fields="32s", checksum="sha256-8",
+                   name="metric operator state", error=MetricStateError)
+"""The frame around a state body; its one header field is the metric's 32-byte fingerprint."""
 
 _I64 = struct.Struct("<q")
 _U32 = struct.Struct("<I")
@@ -97,22 +102,16 @@ class StateWriter:
             raise MetricStateError(f"cannot encode a value of type {type(value).__name__}")
 
     def finish(self) -> bytes:
-        body = b"".join(self._parts)
-        return body + hashlib.sha256(body).digest()[:8]
+        """The body written so far (framed by :data:`CODEC`)."""
+        return b"".join(self._parts)
 
 
 class StateReader:
     """Reads what :class:`StateWriter` wrote, raising MetricStateError on any inconsistency."""
 
-    def __init__(self, data: bytes, metric: str) -> None:
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise MetricStateError(f"metric '{metric}': state must be bytes, not "
-                                   f"{type(data).__name__}")
-        data = bytes(data)
+    def __init__(self, body: memoryview, metric: str) -> None:
         self._metric = metric
-        if len(data) < 8 or hashlib.sha256(data[:-8]).digest()[:8] != data[-8:]:
-            raise MetricStateError(f"metric '{metric}': state bytes truncated or corrupted")
-        self._data = memoryview(data)[:-8]
+        self._data = body
         self._at = 0
 
     @property

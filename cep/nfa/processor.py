@@ -28,6 +28,7 @@ from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from cep.nfa import runtime, strict
 from query_lang import ast
 from query_lang.ast import StreamDecl
+from sketches.codec import StateCodec
 
 __all__ = [
     "NOT_REGISTERED",
@@ -42,9 +43,8 @@ __all__ = [
 NOT_REGISTERED = object()
 """Mask value for a rule that was registered after the event arrived: the rule skips it."""
 
-_MAGIC = b"VGKS"
-_FORMAT_VERSION = 1
-_HEADER = struct.Struct("<4sBqI")
+_CODEC = StateCodec(b"VGKS", 1, fields="qI", name="key state", error=StateError)
+"""Magic, format version, the key's watermark and its number of rules, then the body."""
 _RULE_HEAD = struct.Struct("<HII")
 _BLOB = struct.Struct("<I")
 
@@ -506,7 +506,7 @@ class RuleProcessor(KeyedProcessorBase):
     def encode(self, state: KeyState) -> bytes:
         """Serialise a key's state: a versioned container of the rules' own state bytes,
         the buffered events and the watermark information."""
-        parts = [_HEADER.pack(_MAGIC, _FORMAT_VERSION, state.watermark, len(state.rules))]
+        parts = []
         for name, st in state.rules.items():
             blob = st.to_bytes()
             encoded = name.encode("utf-8")
@@ -523,7 +523,7 @@ class RuleProcessor(KeyedProcessorBase):
         ).encode("utf-8")
         parts.append(_BLOB.pack(len(extra)))
         parts.append(extra)
-        return b"".join(parts)
+        return _CODEC.encode(b"".join(parts), state.watermark, len(state.rules))
 
     def decode(self, data: bytes) -> KeyState:
         """Inverse of :meth:`encode`. State of rules no longer served (or whose version changed)
@@ -534,18 +534,8 @@ class RuleProcessor(KeyedProcessorBase):
         StateError
             When the bytes are not a key state of a known format version.
         """
-        view = memoryview(data)
-        try:
-            magic, version, watermark, count = _HEADER.unpack_from(view, 0)
-        except struct.error:
-            raise StateError(f"key state too short ({len(data)} bytes)") from None
-        if magic != _MAGIC:
-            raise StateError(f"not a Vigil key state (magic {bytes(magic)!r})")
-        if version != _FORMAT_VERSION:
-            raise StateError(
-                f"key state format version {version} is not supported (expected {_FORMAT_VERSION})"
-            )
-        offset = _HEADER.size
+        (watermark, count), view = _CODEC.decode(data)
+        offset = 0
         ks = KeyState(watermark=watermark)
         try:
             for _ in range(count):
@@ -563,7 +553,7 @@ class RuleProcessor(KeyedProcessorBase):
             (extra_len,) = _BLOB.unpack_from(view, offset)
             offset += _BLOB.size
             extra_bytes = bytes(view[offset : offset + extra_len])
-            if len(extra_bytes) != extra_len or offset + extra_len != len(data):
+            if len(extra_bytes) != extra_len or offset + extra_len != len(view):
                 raise StateError("key state has a wrong length")
             extra = json.loads(extra_bytes)
         except (struct.error, UnicodeDecodeError, ValueError) as exc:
