@@ -1,7 +1,8 @@
 """Typed syntax tree of the Vigil language: frozen dataclasses that later stages compile.
 
 Every node keeps its source position in ``span``; spans never take part in equality, so a tree
-parsed from printed text compares equal to the tree it was printed from.
+parsed from printed text compares equal to the tree it was printed from. :func:`walk` and
+:func:`transform` (from :mod:`query_lang.tree`) visit and rebuild any tree of these nodes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal as TypingLiteral
 from typing import Union
+
+from query_lang.lexical import duration_text, quote
+from query_lang.tree import Node as Node
+from query_lang.tree import children as children
+from query_lang.tree import transform as transform
+from query_lang.tree import walk as walk
 
 
 @dataclass(frozen=True)
@@ -28,11 +35,6 @@ NO_SPAN = Span()
 
 def _span() -> Span:
     return field(default=NO_SPAN, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Node:
-    """Base of every syntax-tree node."""
 
 
 # ---------------------------------------------------------------- expressions
@@ -176,17 +178,130 @@ class IsNull(Node):
 
 @dataclass(frozen=True)
 class Matches(Node):
-    """``x matches /regex/`` (RE2 syntax)."""
+    """``x matches /regex/`` (RE2 syntax); ``pattern_span`` is where the ``/regex/`` is."""
 
     operand: Expr
     pattern: str
     span: Span = _span()
+    pattern_span: Span = _span()
+
+    @property
+    def regex_span(self) -> Span:
+        """Where to report a problem with the regular expression: at its literal when the
+        parser placed it, else at the whole ``matches``."""
+        return self.pattern_span if self.pattern_span.line else self.span
 
 
 Expr = Union[
     Literal, Duration, FieldRef, VarField, Prev, Call, Search, BinOp, BoolOp, Not, Neg,
     InValues, InList, Between, IsNull, Matches,
 ]
+
+# ---------------------------------------------------------------- canonical text of expressions
+# Here rather than in the printer because an emit item's output name is the text of its
+# expression (EmitItem.name); the printer builds on these.
+
+# expression precedence, loosest first
+_OR, _AND, _NOT, _PRED, _SUM, _PRODUCT, _UNARY, _ATOM = range(1, 9)
+
+
+def print_duration(d: Duration) -> str:
+    """A duration in the largest unit that divides it, such as ``10m``."""
+    return duration_text(d.ms)
+
+
+def print_expr(e: Expr) -> str:
+    """The canonical text of an expression, parenthesised only where precedence needs it.
+
+    Examples
+    --------
+    >>> print_expr(BinOp("*", BinOp("+", FieldRef("a"), Literal(1)), Duration(60_000)))
+    '(a + 1) * 1m'
+    """
+    return _expr(e, _OR)
+
+
+def _level(e: Expr) -> int:
+    if isinstance(e, BoolOp):
+        return _OR if e.op == "or" else _AND
+    if isinstance(e, Not):
+        return _NOT
+    if isinstance(e, BinOp):
+        if e.op in ("+", "-"):
+            return _SUM
+        if e.op in ("*", "/", "%"):
+            return _PRODUCT
+        return _PRED
+    if isinstance(e, InValues | InList | Between | IsNull | Matches):
+        return _PRED
+    if isinstance(e, Neg):
+        return _UNARY
+    if isinstance(e, Literal) and isinstance(e.value, int | float) and e.value < 0:
+        return _UNARY
+    return _ATOM
+
+
+def _expr(e: Expr, context: int) -> str:
+    text = _expr_text(e)
+    return f"({text})" if _level(e) < context else text
+
+
+def _expr_text(e: Expr) -> str:
+    if isinstance(e, Literal):
+        return _literal(e.value)
+    if isinstance(e, Duration):
+        return print_duration(e)
+    if isinstance(e, FieldRef):
+        return f"{e.qualifier}.{e.name}" if e.qualifier else e.name
+    if isinstance(e, VarField):
+        return f"{e.which}({e.var}).{e.name}"
+    if isinstance(e, Prev):
+        return f"prev({e.name})" if e.n == 1 else f"prev({e.name}, {e.n})"
+    if isinstance(e, Call):
+        return f"{e.func}({', '.join(print_expr(a) for a in e.args)})"
+    if isinstance(e, Search):
+        return f"search({e.field}, {quote(e.text)})"
+    if isinstance(e, BoolOp):
+        inner = _AND if e.op == "or" else _NOT
+        return f" {e.op} ".join(_expr(o, inner) for o in e.operands)
+    if isinstance(e, Not):
+        return f"not {_expr(e.operand, _NOT)}"
+    if isinstance(e, Neg):
+        return f"-{_expr(e.operand, _UNARY)}"
+    if isinstance(e, BinOp):
+        level = _level(e)
+        if level == _PRED:
+            return f"{_expr(e.left, _SUM)} {e.op} {_expr(e.right, _SUM)}"
+        return f"{_expr(e.left, level)} {e.op} {_expr(e.right, level + 1)}"
+    if isinstance(e, InValues):
+        return f"{_expr(e.operand, _SUM)} in ({', '.join(print_expr(v) for v in e.values)})"
+    if isinstance(e, InList):
+        return f"{_expr(e.operand, _SUM)} in {e.list_name}"
+    if isinstance(e, Between):
+        return (
+            f"{_expr(e.operand, _SUM)} between {_expr(e.low, _SUM)} and {_expr(e.high, _SUM)}"
+        )
+    if isinstance(e, IsNull):
+        return f"{_expr(e.operand, _SUM)} is {'not ' if e.negated else ''}null"
+    if isinstance(e, Matches):
+        return f"{_expr(e.operand, _SUM)} matches /{e.pattern.replace('/', chr(92) + '/')}/"
+    raise TypeError(f"not an expression: {e!r}")
+
+
+def _literal(value) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text if any(c in text for c in ".e") else text + ".0"
+    return str(value)
+
 
 # ---------------------------------------------------------------- search (query ... match)
 
@@ -291,13 +406,9 @@ SearchNode = Union[
 def search_leaves(node: SearchNode) -> Iterator[SearchNode]:
     """The leaves of a search expression (terms, phrases, patterns, ranges...), in order,
     including those under NOT."""
-    if isinstance(node, SearchAnd | SearchOr):
-        for clause in node.clauses:
-            yield from search_leaves(clause)
-    elif isinstance(node, SearchNot):
-        yield from search_leaves(node.clause)
-    else:
-        yield node
+    for found in walk(node):
+        if not isinstance(found, SearchAnd | SearchOr | SearchNot):
+            yield found
 
 # ---------------------------------------------------------------- patterns
 
@@ -448,8 +559,6 @@ class EmitItem(Node):
         """The output column name: the alias, else the printed expression."""
         if self.alias:
             return self.alias
-        from query_lang.printer import print_expr
-
         return print_expr(self.expr)
 
 

@@ -1,5 +1,6 @@
-"""Builtin scalar functions of the Vigil expression language (``lower``, ``distance_km`` ...):
-their signatures, and the kernels the expression compiler applies to one value or to a column.
+"""Builtin functions of the Vigil expression language (``lower``, ``distance_km`` ...): the one
+table of their signatures, which the checks and the compiler both read, and the kernels the
+compiler applies to one value or to a column.
 
 Kernels only ever see non-null arguments of the declared kinds; null and type handling is the
 compiler's job, so every function obeys the same rule: a null or mistyped argument gives null.
@@ -7,13 +8,15 @@ compiler's job, so every function obeys the same rule: a null or mistyped argume
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+
+from query_lang import types as T
 
 __all__ = [
     "EARTH_RADIUS_KM",
@@ -21,6 +24,7 @@ __all__ = [
     "MS_PER_HOUR",
     "MS_PER_MINUTE",
     "PATTERN_AGGREGATES",
+    "SAME_AS_ARGUMENT",
     "SCALAR_FUNCTIONS",
     "ScalarFunction",
     "haversine_km",
@@ -42,40 +46,81 @@ METRIC_AGGREGATES = frozenset(
 """Aggregates of a metric's ``select``; anywhere else they are an error."""
 
 ArgumentKind = Literal["num", "str"]
+"""The kind of value a kernel receives: ``"num"`` (int or float, not bool) or ``"str"``."""
+
+SAME_AS_ARGUMENT = "same"
+"""A result type meaning "the type of the first argument", as for ``abs``."""
+
+_KIND_OF_TYPE: Mapping[str, ArgumentKind] = MappingProxyType({
+    # Timestamps and durations are integer milliseconds once compiled, so numbers to a kernel.
+    T.INT: "num", T.FLOAT: "num", T.DURATION: "num", T.TIMESTAMP: "num", T.STRING: "str",
+})
 
 _INT64_MIN = np.iinfo(np.int64).min
 
 
 @dataclass(frozen=True)
 class ScalarFunction:
-    """A builtin function of one event's values.
+    """A builtin function of one event's values: its signature and its two kernels.
+
+    The signature is written once, in the types of the semantic checks; the kinds the
+    compiled kernels accept follow from it, so the checks and the compiler cannot disagree.
 
     Parameters
     ----------
     name
         The name users call it by.
-    params
-        The kind of each parameter: ``"num"`` (int or float, not bool) or ``"str"``.
+    accepts
+        For each parameter, the types it accepts (names from :mod:`query_lang.types`).
+    returns
+        The result type, or :data:`SAME_AS_ARGUMENT` for the type of the first argument.
     scalar
-        Kernel over Python values of those kinds; returns the result (NaN counts as null).
+        Kernel over Python values of the parameters' kinds; returns the result (NaN counts as
+        null).
     vector
         Kernel over numpy arrays of those kinds (int64/float64 for ``"num"``, object arrays of
         ``str`` for ``"str"``), broadcasting like a ufunc. An object-dtype result holds exact
         Python values where a fixed-width dtype would overflow.
     summary
         One line for error messages and documentation, such as ``lower(s)``.
+
+    Attributes
+    ----------
+    kinds
+        The kind of value each parameter takes once compiled (``"num"`` or ``"str"``).
+
+    Examples
+    --------
+    >>> hours = SCALAR_FUNCTIONS["hours"]
+    >>> sorted(hours.accepts[0]), hours.kinds, hours.result_type(["duration"])
+    (['duration'], ('num',), 'float')
     """
 
     name: str
-    params: tuple[ArgumentKind, ...]
+    accepts: tuple[frozenset[str], ...]
+    returns: str
     scalar: Callable[..., Any]
     vector: Callable[..., np.ndarray]
     summary: str
+    kinds: tuple[ArgumentKind, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        kinds = []
+        for types in self.accepts:
+            of_types = {_KIND_OF_TYPE[t] for t in types}
+            if len(of_types) != 1:
+                raise ValueError(f"{self.name}(): a parameter's types must share one kind")
+            kinds.append(of_types.pop())
+        object.__setattr__(self, "kinds", tuple(kinds))
 
     @property
     def arity(self) -> int:
         """Number of arguments the function takes."""
-        return len(self.params)
+        return len(self.accepts)
+
+    def result_type(self, argument_types: Sequence[str]) -> str:
+        """The type of a call whose arguments have ``argument_types``."""
+        return argument_types[0] if self.returns == SAME_AS_ARGUMENT else self.returns
 
 
 def haversine_km(lat1: Any, lon1: Any, lat2: Any, lon2: Any) -> Any:
@@ -170,18 +215,26 @@ def _strings(function: Callable[[str], str]) -> Callable[[np.ndarray], np.ndarra
     return vector
 
 
+_STRING = (frozenset({T.STRING}),)
+_DURATION = (frozenset({T.DURATION}),)
+
 SCALAR_FUNCTIONS: Mapping[str, ScalarFunction] = MappingProxyType({
     f.name: f
     for f in (
-        ScalarFunction("lower", ("str",), _lower, _strings(_lower), "lower(s)"),
-        ScalarFunction("upper", ("str",), _upper, _strings(_upper), "upper(s)"),
-        ScalarFunction("abs", ("num",), abs, _abs_vector, "abs(x)"),
-        ScalarFunction("hours", ("num",), _hours, _hours, "hours(duration)"),
-        ScalarFunction("minutes", ("num",), _minutes, _minutes, "minutes(duration)"),
+        ScalarFunction("lower", _STRING, T.STRING, _lower, _strings(_lower), "lower(s)"),
+        ScalarFunction("upper", _STRING, T.STRING, _upper, _strings(_upper), "upper(s)"),
         ScalarFunction(
-            "distance_km", ("num", "num", "num", "num"), _distance_scalar, _distance_vector,
+            "abs", (T.NUMERIC | {T.DURATION},), SAME_AS_ARGUMENT, abs, _abs_vector, "abs(x)"
+        ),
+        # A number of milliseconds is a duration to the kernel, but the checks ask for a
+        # duration so that hours(amount) is reported rather than silently divided by 3.6e6.
+        ScalarFunction("hours", _DURATION, T.FLOAT, _hours, _hours, "hours(duration)"),
+        ScalarFunction("minutes", _DURATION, T.FLOAT, _minutes, _minutes, "minutes(duration)"),
+        ScalarFunction(
+            "distance_km", (T.NUMERIC,) * 4, T.FLOAT, _distance_scalar, _distance_vector,
             "distance_km(lat1, lon1, lat2, lon2)",
         ),
     )
 })
-"""Builtin functions of one event's values, by name."""
+"""Builtin functions of one event's values, by name: the one table the checks and the
+compiler read."""

@@ -61,13 +61,6 @@ class Program:
     def metrics(self) -> dict[str, ast.MetricDecl]:
         return self._named(ast.MetricDecl)
 
-    def list_path(self, decl: ast.ListDecl) -> str | None:
-        """Where a ``list ... from "path"`` reads its values: relative to its own file."""
-        if decl.path is None:
-            return None
-        base = os.path.dirname(decl.span.file) if decl.span.file not in ("", "<string>") else ""
-        return os.path.normpath(os.path.join(base, decl.path))
-
 
 class _Loader:
     def __init__(self) -> None:
@@ -121,6 +114,19 @@ def check_program(
 
     Returns the program and every error found (syntax, include and semantic), each with its
     source text attached so it can render the offending line.
+
+    Examples
+    --------
+    >>> program, errors = check_program(text=(
+    ...     "stream txn (amount float, ts timestamp) time ts\\n"
+    ...     "rule big from txn pattern a define a as amout > 500\\n"
+    ... ))
+    >>> list(program.rules)
+    ['big']
+    >>> print(errors[0].render())
+    <string>:2:41: error: undeclared field 'amout': not a field of the stream
+      rule big from txn pattern a define a as amout > 500
+                                              ^
     """
     loader = _Loader()
     for path in paths or []:

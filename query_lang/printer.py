@@ -1,7 +1,9 @@
 """Syntax tree to canonical text: ``parse(print_module(m)) == m`` for every parsed module.
 
 The printer adds parentheses only where precedence needs them and leaves out clauses that hold
-their default value, so the output is also the formatter's output.
+their default value, so the output is also the formatter's output. Expressions print through
+:func:`query_lang.ast.print_expr` (an emit item is named by its expression's text, so that part
+lives with the syntax tree) and tokens through :mod:`query_lang.lexical`; both re-exported here.
 """
 
 from __future__ import annotations
@@ -9,13 +11,11 @@ from __future__ import annotations
 import re
 
 from query_lang import ast
+from query_lang.ast import print_duration, print_expr
+from query_lang.lexical import quote, search_number
 
-_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1))
 _SWORD = re.compile(r"[^\s:()\[\]{}\"'/+\-!<>=^~|&#][^\s:()\[\]{}\"'/<>=^~|&]*")
 _SEARCH_KEYWORDS = {"AND", "OR", "NOT", "TO"}
-
-# expression precedence, loosest first
-_OR, _AND, _NOT, _PRED, _SUM, _PRODUCT, _UNARY, _ATOM = range(1, 9)
 
 
 def print_module(module: ast.Module) -> str:
@@ -45,21 +45,6 @@ def print_declaration(decl: ast.Declaration) -> str:
     if isinstance(decl, ast.MetricDecl):
         return _metric(decl)
     raise TypeError(f"not a declaration: {decl!r}")
-
-
-def quote(text: str) -> str:
-    escaped = (
-        text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
-        .replace("\r", "\\r")
-    )
-    return f'"{escaped}"'
-
-
-def print_duration(d: ast.Duration) -> str:
-    for unit, ms in _UNITS:
-        if d.ms % ms == 0 and d.ms:
-            return f"{d.ms // ms}{unit}"
-    return f"{d.ms}ms"
 
 
 def _stream(s: ast.StreamDecl) -> str:
@@ -225,95 +210,6 @@ def _quantifier(q: ast.PatQuant) -> str:
     return text + ("" if q.greedy else "?")
 
 
-# --------------------------------------------------------------------------- expressions
-
-
-def print_expr(e: ast.Expr) -> str:
-    return _expr(e, _OR)
-
-
-def _level(e: ast.Expr) -> int:
-    if isinstance(e, ast.BoolOp):
-        return _OR if e.op == "or" else _AND
-    if isinstance(e, ast.Not):
-        return _NOT
-    if isinstance(e, ast.BinOp):
-        if e.op in ("+", "-"):
-            return _SUM
-        if e.op in ("*", "/", "%"):
-            return _PRODUCT
-        return _PRED
-    if isinstance(e, ast.InValues | ast.InList | ast.Between | ast.IsNull | ast.Matches):
-        return _PRED
-    if isinstance(e, ast.Neg):
-        return _UNARY
-    if isinstance(e, ast.Literal) and isinstance(e.value, int | float) and e.value < 0:
-        return _UNARY
-    return _ATOM
-
-
-def _expr(e: ast.Expr, context: int) -> str:
-    text = _expr_text(e)
-    return f"({text})" if _level(e) < context else text
-
-
-def _expr_text(e: ast.Expr) -> str:
-    if isinstance(e, ast.Literal):
-        return _literal(e.value)
-    if isinstance(e, ast.Duration):
-        return print_duration(e)
-    if isinstance(e, ast.FieldRef):
-        return f"{e.qualifier}.{e.name}" if e.qualifier else e.name
-    if isinstance(e, ast.VarField):
-        return f"{e.which}({e.var}).{e.name}"
-    if isinstance(e, ast.Prev):
-        return f"prev({e.name})" if e.n == 1 else f"prev({e.name}, {e.n})"
-    if isinstance(e, ast.Call):
-        return f"{e.func}({', '.join(print_expr(a) for a in e.args)})"
-    if isinstance(e, ast.Search):
-        return f"search({e.field}, {quote(e.text)})"
-    if isinstance(e, ast.BoolOp):
-        inner = _AND if e.op == "or" else _NOT
-        return f" {e.op} ".join(_expr(o, inner) for o in e.operands)
-    if isinstance(e, ast.Not):
-        return f"not {_expr(e.operand, _NOT)}"
-    if isinstance(e, ast.Neg):
-        return f"-{_expr(e.operand, _UNARY)}"
-    if isinstance(e, ast.BinOp):
-        level = _level(e)
-        if level == _PRED:
-            return f"{_expr(e.left, _SUM)} {e.op} {_expr(e.right, _SUM)}"
-        return f"{_expr(e.left, level)} {e.op} {_expr(e.right, level + 1)}"
-    if isinstance(e, ast.InValues):
-        return f"{_expr(e.operand, _SUM)} in ({', '.join(print_expr(v) for v in e.values)})"
-    if isinstance(e, ast.InList):
-        return f"{_expr(e.operand, _SUM)} in {e.list_name}"
-    if isinstance(e, ast.Between):
-        return (
-            f"{_expr(e.operand, _SUM)} between {_expr(e.low, _SUM)} and {_expr(e.high, _SUM)}"
-        )
-    if isinstance(e, ast.IsNull):
-        return f"{_expr(e.operand, _SUM)} is {'not ' if e.negated else ''}null"
-    if isinstance(e, ast.Matches):
-        return f"{_expr(e.operand, _SUM)} matches /{e.pattern.replace('/', chr(92) + '/')}/"
-    raise TypeError(f"not an expression: {e!r}")
-
-
-def _literal(value) -> str:
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, str):
-        return quote(value)
-    if isinstance(value, float):
-        text = repr(value)
-        return text if any(c in text for c in ".e") else text + ".0"
-    return str(value)
-
-
 # --------------------------------------------------------------------------- search
 
 _S_OR_LEVEL, _S_AND_LEVEL, _S_NOT_LEVEL, _S_ATOM = 1, 2, 3, 4
@@ -374,9 +270,7 @@ def _search_value(value) -> str:
         return quote(str(value).lower())
     if isinstance(value, int | float):
         return repr(value) if isinstance(value, float) else str(value)
-    from query_lang.parser import _search_number
-
-    if _SWORD.fullmatch(value) and _search_number(value) == value and value != "*" and (
+    if _SWORD.fullmatch(value) and search_number(value) == value and value != "*" and (
         value not in _SEARCH_KEYWORDS
     ):
         return value

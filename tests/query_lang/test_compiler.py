@@ -14,7 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-import query_lang.compiler as compiler_module
+import query_lang.compiler.evaluators as evaluators_module
+import query_lang.compiler.values as values_module
 import query_lang.functions as functions_module
 from query_lang import parse, parse_expr
 from query_lang.ast import (
@@ -101,7 +102,7 @@ def column_holds(text: str, frame: pd.DataFrame, scope: Scope = RULE_SCOPE) -> l
 
 
 def test_module_examples_run() -> None:
-    for module in (compiler_module, functions_module):
+    for module in (evaluators_module, values_module, functions_module):
         failures, tried = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert tried > 0 and failures == 0, module.__name__
 
@@ -378,9 +379,9 @@ def test_matches_is_an_unanchored_re2_search() -> None:
     assert not holds("s matches /1/", {"s": 1})
 
 
-def test_invalid_regex_is_a_compile_error() -> None:
+def test_invalid_regex_is_a_compile_error_at_the_regex() -> None:
     expr = parse_expr("s matches /(a)\\1/", path="rules.vigil")
-    with pytest.raises(CompileError, match=r"rules.vigil:1:1: invalid regular expression"):
+    with pytest.raises(CompileError, match=r"rules.vigil:1:11: invalid regular expression"):
         compile_expr(expr)
     with pytest.raises(CompileError, match=r"missing \)"):
         compile_columnar_predicate(Matches(FieldRef("s"), "(a"))

@@ -97,3 +97,31 @@ def test_diamond_includes_load_each_file_once(tmp_path):
     assert errors == []
     assert list(program.streams) == ["s"]
     assert list(program.rules) == ["q"]
+
+
+def test_an_invalid_regex_is_reported_at_the_regex_not_the_condition():
+    text = (
+        "stream txn (merchant string, ts timestamp) time ts\n"
+        "rule r from txn pattern a\n"
+        "  define a as merchant matches /(/\n"
+    )
+    _, errors = check_program(text=text, text_path="f.vigil")
+    (err,) = errors
+    assert isinstance(err, VigilValueError)
+    assert (err.line, err.column) == (3, 32)
+    assert err.message == "invalid regular expression /(/: missing ): ("
+    assert err.render().splitlines()[1:] == [
+        "    define a as merchant matches /(/",
+        "                                 ^",
+    ]
+
+
+def test_an_invalid_regex_on_a_later_line_of_a_condition_points_at_that_line():
+    text = (
+        "stream txn (merchant string, country string, ts timestamp) time ts\n"
+        "rule r from txn pattern a\n"
+        '  define a as country == "FR"\n'
+        "    and merchant matches /a(?P=x)/\n"
+    )
+    _, errors = check_program(text=text, text_path="f.vigil")
+    assert [(e.line, e.column) for e in errors] == [(4, 26)]

@@ -1,0 +1,117 @@
+"""Checks of streams, queries and metrics: their fields, search syntax, windows, ``select``
+and ``having``.
+"""
+
+from __future__ import annotations
+
+from query_lang import ast
+from query_lang import types as T
+from query_lang.checks.context import ProgramContext, union_fields
+from query_lang.checks.expressions import ExpressionScope, has_aggregate
+from query_lang.errors import VigilNameError, VigilTypeError, VigilValueError
+from query_lang.lexical import duration_text
+
+
+def check_stream(ctx: ProgramContext, s: ast.StreamDecl) -> None:
+    seen: dict[str, ast.FieldDecl] = {}
+    for f in s.fields:
+        if f.name in seen:
+            ctx.error(VigilNameError, f"stream '{s.name}' declares field '{f.name}' twice", f)
+        seen[f.name] = f
+    if s.time_field is not None:
+        t = s.field_type(s.time_field)
+        if t is None:
+            ctx.error(
+                VigilNameError,
+                f"time field '{s.time_field}' is not a field of stream '{s.name}'",
+                ctx.find(s, "time", s.time_field),
+            )
+        elif t not in ("timestamp", "int", "float"):
+            ctx.error(
+                VigilTypeError,
+                f"time field '{s.time_field}' must be a timestamp, not {t}",
+                ctx.find(s, "time", s.time_field),
+            )
+    elif s.lateness is not None:
+        ctx.error(VigilValueError, "'lateness' needs a 'time' field", s.lateness)
+    if s.id_field is not None and s.field_type(s.id_field) is None:
+        ctx.error(
+            VigilNameError, f"id field '{s.id_field}' is not a field of stream '{s.name}'",
+            ctx.find(s, "id", s.id_field),
+        )
+
+
+def check_query(ctx: ProgramContext, q: ast.QueryDecl) -> None:
+    streams = ctx.check_from(q)
+    fields = union_fields(ctx.stream_fields(s) for s in streams)
+    _check_search(ctx, q.match, fields)
+    ctx.check_notify(q)
+
+
+def _check_search(ctx: ProgramContext, node: ast.SearchNode, fields: dict[str, str]) -> None:
+    for leaf in ast.search_leaves(node):
+        if isinstance(leaf, ast.SearchRegex):
+            ctx.types.check_regex(leaf.pattern, leaf)
+        if isinstance(leaf, ast.SearchCompare | ast.SearchRange):
+            t = fields.get(leaf.field)
+            values = (
+                [leaf.value] if isinstance(leaf, ast.SearchCompare) else [leaf.low, leaf.high]
+            )
+            for v in values:
+                if t in T.NUMERIC and isinstance(v, str):
+                    ctx.error(
+                        VigilTypeError,
+                        f"field '{leaf.field}' is {T.describe(t)}; '{v}' is not a number",
+                        leaf,
+                    )
+            if t == T.BOOL:
+                ctx.error(
+                    VigilTypeError,
+                    f"field '{leaf.field}' is a boolean; search it as {leaf.field}:true",
+                    leaf,
+                )
+
+
+def check_metric(ctx: ProgramContext, m: ast.MetricDecl) -> None:
+    streams = ctx.check_from(m)
+    fields = union_fields(ctx.stream_fields(s) for s in streams)
+    lists = frozenset(ctx.lists)
+    if m.where is not None:
+        t = ctx.types.expr_type(m.where, ExpressionScope("metric where", fields, lists=lists))
+        ctx.types.want_bool(t, m.where, "the metric's 'where'")
+    for name in m.by:
+        if streams and name not in fields:
+            ctx.error(
+                VigilNameError, f"group field '{name}' is not a field of the stream",
+                ctx.find(m, "by", name),
+            )
+    w = m.window
+    for d in (w.size, w.every):
+        if d is not None and d.ms <= 0:
+            ctx.error(VigilValueError, "a window duration must be longer than zero", d)
+    if w.every is not None and w.every.ms > w.size.ms:
+        every, size = duration_text(w.every.ms), duration_text(w.size.ms)
+        ctx.error(
+            VigilValueError,
+            f"the window moves every {every} but is only {size} long; "
+            "events in between would be missed",
+            w.every,
+        )
+    select_scope = ExpressionScope("metric select", fields, lists=lists)
+    outputs: dict[str, str] = {name: fields.get(name, T.ANY) for name in m.by}
+    for item in m.select:
+        t = ctx.types.expr_type(item.expr, select_scope)
+        if not has_aggregate(item.expr) and not (
+            isinstance(item.expr, ast.FieldRef) and item.expr.name in m.by
+        ):
+            ctx.error(
+                VigilValueError,
+                "each select item must be an aggregate such as count() or a 'by' field",
+                item,
+            )
+        outputs[item.name] = t
+    ctx.check_unique_names(m.select, "select")
+    if m.having is not None:
+        t = ctx.types.expr_type(m.having, ExpressionScope("having", outputs, lists=lists))
+        ctx.types.want_bool(t, m.having, "'having'")
+    ctx.check_notify(m)

@@ -1,0 +1,42 @@
+"""The semantic checks of a whole program: every declaration checked against the names of all
+the others, every error collected and sorted by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from query_lang import ast
+from query_lang.checks.context import ProgramContext
+from query_lang.checks.declarations import check_metric, check_query, check_stream
+from query_lang.checks.rules import check_rule
+from query_lang.errors import VigilError
+
+
+def check_declarations(
+    declarations: Iterable[ast.Declaration], sources: dict[str, str] | None = None
+) -> list[VigilError]:
+    """Every semantic error of a program, sorted by position.
+
+    ``sources`` (file -> text) lets errors about clause values point at the exact name.
+
+    Examples
+    --------
+    >>> from query_lang import parse
+    >>> module = parse("stream s (x int)\\nrule r from s pattern a b define c as x > 1\\n")
+    >>> [e.message for e in check_declarations(module.declarations)]
+    ["variable 'c' is defined but does not appear in the pattern"]
+    """
+    ctx = ProgramContext(declarations, sources)
+    ctx.collect_names()
+    for decl in ctx.declarations:
+        if isinstance(decl, ast.StreamDecl):
+            check_stream(ctx, decl)
+        elif isinstance(decl, ast.RuleDecl):
+            check_rule(ctx, decl)
+        elif isinstance(decl, ast.QueryDecl):
+            check_query(ctx, decl)
+        elif isinstance(decl, ast.MetricDecl):
+            check_metric(ctx, decl)
+    ctx.errors.sort(key=lambda e: (e.file or "", e.line, e.column))
+    return ctx.errors

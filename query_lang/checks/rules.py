@@ -1,0 +1,179 @@
+"""Checks of a rule: its streams and partition key, the shape of its pattern, its variables'
+conditions and keys, ``within``, ``after match`` and ``emit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from query_lang import ast
+from query_lang.checks.context import ProgramContext, union_fields
+from query_lang.checks.expressions import ExpressionScope, PatternVariable
+from query_lang.errors import VigilNameError, VigilValueError
+
+
+def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
+    streams = ctx.check_from(r)
+    stream_fields = {s: ctx.stream_fields(s) for s in streams}
+    _check_rule_key(ctx, r, streams, stream_fields)
+
+    pattern_vars = list(_pattern_vars(r.pattern))
+    quantified = _quantified_vars(r.pattern)
+    _check_pattern_shape(ctx, r)
+
+    defines: dict[str, ast.Define] = {}
+    for d in r.defines:
+        if d.var in defines:
+            ctx.error(VigilNameError, f"variable '{d.var}' is defined twice", d)
+        defines[d.var] = d
+        if d.var not in pattern_vars:
+            ctx.error(
+                VigilNameError,
+                f"variable '{d.var}' is defined but does not appear in the pattern", d,
+            )
+        if d.stream is not None and d.stream not in streams:
+            ctx.error(
+                VigilNameError,
+                f"stream '{d.stream}' is not one of the rule's streams "
+                f"({', '.join(r.streams)})",
+                d,
+            )
+
+    all_fields = union_fields(stream_fields.values())
+    variables = {}
+    for v in pattern_vars:
+        d = defines.get(v)
+        fields = stream_fields.get(d.stream, {}) if d and d.stream else all_fields
+        variables[v] = PatternVariable(v, fields, v in quantified)
+
+    lists = frozenset(ctx.lists)
+    key_sizes = set()
+    for d in r.defines:
+        var_fields = variables[d.var].fields if d.var in variables else all_fields
+        scope = ExpressionScope("condition", var_fields, stream_fields, variables, lists)
+        if d.condition is not None:
+            t = ctx.types.expr_type(d.condition, scope)
+            ctx.types.want_bool(t, d.condition, f"the condition of '{d.var}'")
+        if d.keys:
+            key_sizes.add(len(d.keys))
+            for k in d.keys:
+                if k not in var_fields:
+                    ctx.error(
+                        VigilNameError,
+                        f"key field '{k}' of variable '{d.var}' is not a field of its stream",
+                        d,
+                    )
+    if len(key_sizes) > 1:
+        ctx.error(
+            VigilValueError,
+            "every step's 'by' must name the same number of key fields", r.defines[0],
+        )
+
+    if r.within is not None and r.within.ms <= 0:
+        ctx.error(VigilValueError, "within must be longer than zero", r.within)
+    if r.skip.var is not None and r.skip.var not in pattern_vars:
+        ctx.error(
+            VigilNameError, f"skip names '{r.skip.var}', which is not a pattern variable",
+            r.skip,
+        )
+    if r.emit is not None:
+        scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists)
+        ctx.check_items(r.emit, scope, "emit")
+    ctx.check_notify(r)
+
+
+def _check_rule_key(ctx: ProgramContext, r, streams, stream_fields) -> None:
+    for part in r.by:
+        covered = set()
+        for stream, name in part.refs:
+            targets = [stream] if stream else streams
+            if stream is not None and stream not in r.streams:
+                ctx.error(
+                    VigilNameError,
+                    f"'by' names stream '{stream}', which is not in the rule's 'from'", part,
+                )
+                continue
+            for s in targets:
+                if s in stream_fields and name not in stream_fields[s]:
+                    ctx.error(
+                        VigilNameError,
+                        f"partition key '{name}' is not a field of stream '{s}'", part,
+                    )
+            covered.update(targets)
+        missing = [s for s in streams if s not in covered]
+        if missing:
+            ctx.error(
+                VigilNameError,
+                f"partition key {_key_text(part)} says nothing about stream "
+                f"'{missing[0]}'; write {_key_text(part)} = {missing[0]}.FIELD",
+                part,
+            )
+
+
+def _check_pattern_shape(ctx: ProgramContext, r: ast.RuleDecl) -> None:
+    p = r.pattern
+    items = p.items if isinstance(p, ast.PatSeq) else (p,)
+    if isinstance(items[0], ast.PatAbsent):
+        ctx.error(
+            VigilValueError,
+            f"a pattern cannot start with an absence (!{items[0].name})", items[0],
+        )
+    if isinstance(items[-1], ast.PatAbsent) and r.within is None:
+        ctx.error(
+            VigilValueError,
+            f"a trailing absence (!{items[-1].name}) needs 'within' to know when to fire",
+            items[-1],
+        )
+    for node in ast.walk(p):
+        if isinstance(node, ast.PatQuant):
+            if node.max is not None and node.min > node.max:
+                ctx.error(
+                    VigilValueError,
+                    f"quantifier {{{node.min},{node.max}}} has a minimum larger than its "
+                    "maximum",
+                    node,
+                )
+            elif node.max == 0:
+                ctx.error(
+                    VigilValueError, "a quantifier with a maximum of 0 matches nothing", node
+                )
+    if all(isinstance(i, ast.PatAbsent) for i in items):
+        return
+    for node in _nested_absences(p):
+        ctx.error(
+            VigilValueError,
+            f"!{node.name} may only stand between the elements of the top-level sequence",
+            node,
+        )
+
+
+def _pattern_vars(p: ast.Pattern) -> Iterator[str]:
+    seen = set()
+    for node in ast.walk(p):
+        if isinstance(node, ast.PatVar | ast.PatAbsent) and node.name not in seen:
+            seen.add(node.name)
+            yield node.name
+
+
+def _quantified_vars(p: ast.Pattern) -> set[str]:
+    """Variables under a quantifier that lets them match more than one event."""
+    return {
+        node.name
+        for quant in ast.walk(p)
+        if isinstance(quant, ast.PatQuant) and (quant.max is None or quant.max > 1)
+        for node in ast.walk(quant.inner)
+        if isinstance(node, ast.PatVar)
+    }
+
+
+def _nested_absences(p: ast.Pattern) -> Iterator[ast.PatAbsent]:
+    top = p.items if isinstance(p, ast.PatSeq) else (p,)
+    for item in top:
+        if not isinstance(item, ast.PatAbsent):
+            for node in ast.walk(item):
+                if isinstance(node, ast.PatAbsent):
+                    yield node
+
+
+def _key_text(part: ast.KeyPart) -> str:
+    return " = ".join(f"{s}.{f}" if s else f for s, f in part.refs)

@@ -1,0 +1,128 @@
+"""The Lark parser of ``vigil.lark`` (package data), and the translation of its errors into
+messages in a user's words: ``unexpected 'soon'; expected a duration such as 10m``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+from lark import Lark
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from query_lang import ast
+from query_lang.errors import VigilSyntaxError
+
+# What each regex terminal is, in the words an error message uses.
+_TERMINAL_WORDS = {
+    "NAME": "a name",
+    "STRING": 'a string in quotes such as "text"',
+    "DURATION": "a duration such as 10m",
+    "NUMBER": "a number",
+    "INT": "a whole number",
+    "REGEX": "a regular expression such as /ab+c/",
+    "SWORD": "a search term",
+    "COMPARE": "a comparison such as >=",
+    "STRING_TEST": "contains, startswith or endswith",
+    "ADD_OP": "+ or -",
+    "MUL_OP": "*, / or %",
+    "RANGE_OPEN": "[ or {",
+    "RANGE_CLOSE": "] or }",
+    "QMARK": "?",
+    "STAR": "*",
+    "PLUS": "+",
+    "$END": "the end of the file",
+}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    grammar = resources.files("query_lang").joinpath("vigil.lark").read_text(encoding="utf-8")
+    return Lark(
+        grammar,
+        parser="lalr",
+        lexer="contextual",
+        start=["start", "search_query", "expr"],
+        propagate_positions=True,
+        maybe_placeholders=True,
+    )
+
+
+@lru_cache(maxsize=1)
+def _terminal_words() -> dict[str, str]:
+    """Terminal name -> description, built from the grammar so no internal name escapes."""
+    words = dict(_TERMINAL_WORDS)
+    for term in _lark().terminals:
+        if term.name in words:
+            continue
+        pattern = term.pattern
+        if pattern.type == "str":
+            words[term.name] = f"'{pattern.value}'"
+        else:
+            # keyword terminals written as alternatives ("OR" | "||") or case-insensitive strings
+            text = pattern.value.replace("(?:", "").replace(")", "").replace("\\", "")
+            first = text.split("|")[0]
+            words[term.name] = f"'{first}'"
+    return words
+
+
+def describe_expected(expected: set[str] | frozenset[str]) -> str:
+    """Turn a set of terminal names into ``expected X, Y or Z``."""
+    words = _terminal_words()
+    if {"NAME", "NUMBER", "STRING"} <= set(expected):
+        return "a value or an expression such as amount > 10"
+    names = sorted({words.get(name, name.lower().strip("_")) for name in expected})
+    # keep messages short: specific words first, punctuation later
+    names.sort(key=lambda w: (w.startswith("'") and not w[1:2].isalpha(), w))
+    if len(names) > 8:
+        names = names[:8] + [f"{len(names) - 8} more"]
+    if not names:
+        return "nothing more"
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def run_parser(text: str, start: str, path: str, line_offset: int, full_text: str):
+    """The Lark tree of ``text`` from grammar rule ``start``; a syntax error is raised as a
+    :class:`VigilSyntaxError` that points into ``full_text`` (``text`` starts
+    ``line_offset`` lines into it).
+    """
+    try:
+        return _lark().parse(text, start=start)
+    except UnexpectedInput as err:
+        raise _syntax_error(err, text, path, line_offset, full_text) from None
+
+
+def _syntax_error(
+    err: UnexpectedInput, text: str, path: str, line_offset: int, full_text: str
+) -> VigilSyntaxError:
+    line = (err.line if err.line and err.line > 0 else text.count("\n") + 1) + line_offset
+    column = err.column if err.column and err.column > 0 else 1
+    if isinstance(err, UnexpectedToken):
+        token = err.token
+        if token.type == "$END":
+            # point just past the last character that is neither blank nor in a comment line
+            stripped = text.rstrip()
+            while stripped and stripped.rsplit("\n", 1)[-1].lstrip().startswith("#"):
+                stripped = stripped.rsplit("\n", 1)[0].rstrip() if "\n" in stripped else ""
+            line = stripped.count("\n") + 1 + line_offset
+            column = len(stripped.rsplit("\n", 1)[-1]) + 1
+            found = "end of the block"
+        else:
+            found = f"'{token}'"
+        message = f"unexpected {found}; expected {describe_expected(err.expected)}"
+    elif isinstance(err, UnexpectedCharacters):
+        char = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
+        if char in "\"'":
+            message = "unterminated string: a string must end on the line it starts"
+        else:
+            message = f"unexpected character {char!r}"
+            if err.allowed:
+                message += f"; expected {describe_expected(set(err.allowed))}"
+    elif isinstance(err, UnexpectedEOF):
+        message = f"unexpected end of input; expected {describe_expected(set(err.expected))}"
+    else:  # pragma: no cover - lark has no other subclasses
+        message = str(err)
+    span = ast.Span(path, line, column, line, column + 1)
+    return VigilSyntaxError(message, span, full_text)
