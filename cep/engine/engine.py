@@ -1,28 +1,35 @@
 """The embedded engine: register rules, feed events one at a time or as DataFrames, read matches.
 
-``Engine`` owns event time for all its inputs (one watermark, one reorder buffer), partitions
-released events by each rule's key and hands them to :class:`cep.nfa.processor.RuleProcessor`, the
-same per-key code the Spark operator runs. Which matches are reported does not depend on how
-input is batched; the order of matches of different keys within one batch may.
+``Engine`` owns event time for all its inputs (one watermark, one reorder buffer) and hands
+released events per key to :class:`cep.nfa.processor.RuleProcessor`, the code the Spark operator
+runs, so which matches are reported does not depend on how input is batched (the order of
+matches of different keys within one batch may).
 """
 
 from __future__ import annotations
 
-import gc
-import heapq
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from cep.engine.column_route import ColumnRoute, run_block
+from cep.engine.dispatch import KeyedRules, KeyTimers, dispatch, fire_due
+from cep.engine.intake import (
+    RowOrigin,
+    collector_paused,
+    late_detail,
+    lateness,
+    mask_tuples,
+    rule_masks,
+    split_by_stream,
+)
+from cep.engine.program import add_declarations, load_declarations, load_list
 from cep.engine.queries import StandingQueries
-from cep.events.columnar import Block, Chunk, ColumnBuffer
 from cep.events.event import (
     STREAM_FIELD,
     BadEventError,
@@ -31,35 +38,17 @@ from cep.events.event import (
     EventReason,
     StreamSchema,
     UnknownRuleError,
-    _column_values,
     dead_letter,
     parse_json_line,
-    plain_value,
     stream_of,
 )
-from cep.events.watermark import END_OF_INPUT, ReorderBuffer, Watermark, iso_ms
+from cep.events.watermark import END_OF_INPUT, ReorderBuffer, Watermark
 from cep.nfa.compiler import compile_rule as compile_rule_default
-from cep.nfa.processor import (
-    NOT_REGISTERED,
-    KeyState,
-    RuleProcessor,
-    RuleRuntime,
-    key_signature,
-    must_see_every_event,
-)
+from cep.nfa.processor import RuleProcessor, RuleRuntime, key_signature
 from percolator.evaluate import field_predicate
 from query_lang import ast
-from query_lang.checks import check_declarations
-from query_lang.errors import ErrorList, IncludeError, VigilError, VigilNameError
-from query_lang.loader import check_program
-from sketches.bloom import BloomFilter
 
 __all__ = ["Engine", "EngineStats", "load_declarations", "load_list"]
-
-BLOOM_THRESHOLD = 100_000
-"""Lists with more values than this are held in a Bloom filter instead of a set."""
-
-BLOOM_FALSE_POSITIVE_RATE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -97,22 +86,6 @@ class EngineStats:
     keys: int = 0
     buffered: int = 0
     watermark: int = 0
-
-
-@dataclass
-class _Group:
-    """Rules that share a key definition, their processor and the live state of each key."""
-
-    processor: RuleProcessor
-    slots: tuple[int, ...]
-    states: dict[tuple, KeyState] = field(default_factory=dict)
-    # stream -> (slot, needs_every_event) of the rules reading it, for a quick relevance test
-    readers: dict[str, tuple[tuple[int, bool], ...]] = field(default_factory=dict)
-    # len(masks) for which an event's masks are already aligned with the processor's rules
-    # (the group's slots are 0..n-1), -1 when they never are
-    width: int = -1
-    # streams some rule of the group must see every event of
-    always: frozenset[str] = frozenset()
 
 
 class Engine:
@@ -170,19 +143,12 @@ class Engine:
         self._rule_decls: dict[str, ast.RuleDecl] = {}
         self._slot_of: dict[str, int] = {}
         self._next_slot = 0
-        self._groups: dict[tuple, _Group] = {}
+        self._groups: dict[tuple, KeyedRules] = {}
         self._standing = StandingQueries(lateness_ms)
         self._watermark = Watermark({})
         self._buffer = ReorderBuffer()
-        # Streams whose rows wait as columns (cep.events.columnar) and the key signature of the one
-        # group reading them; streams that qualify but still have events in self._buffer
-        # wait in _wanted until those are released.
-        self._columns = ColumnBuffer()
-        self._columnar: dict[str, tuple] = {}
-        self._wanted: dict[str, tuple] = {}
-        self._timers: list[tuple[int, int, tuple, tuple]] = []
-        self._scheduled: dict[tuple[tuple, tuple], int] = {}
-        self._timer_seq = 0
+        self._route = ColumnRoute(self._buffer)
+        self._timers = KeyTimers()
         self._seq = 0
         self._matches: list[dict[str, Any]] = []
         self._dead: list[dict[str, Any]] = []
@@ -247,54 +213,11 @@ class Engine:
             the same name is already registered.
         """
         new_decls = load_declarations(source, self._declarations)
-        streams = dict(self._streams)
-        lists = dict(self._lists)
-        errors: list[VigilError] = []
-        for decl in new_decls:
-            if isinstance(decl, ast.StreamDecl):
-                old = streams.get(decl.name)
-                if old is not None and old != decl:
-                    errors.append(
-                        VigilNameError(
-                            f"stream '{decl.name}' is already registered with another definition",
-                            decl.span,
-                        )
-                    )
-                streams[decl.name] = decl
-            elif isinstance(decl, ast.ListDecl):
-                try:
-                    lists[decl.name] = load_list(decl)
-                except VigilError as exc:
-                    errors.append(exc)
+        streams, lists = add_declarations(
+            new_decls, self._streams, self._lists, {*self._rules, *self._standing.names}
+        )
         rules_here = [d for d in new_decls if isinstance(d, ast.RuleDecl)]
         standing_here = [d for d in new_decls if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
-        seen: set[str] = set()
-        for decl in [*rules_here, *standing_here]:
-            if decl.name in self._rules or decl.name in self._standing or decl.name in seen:
-                errors.append(
-                    VigilNameError(
-                        f"'{decl.name}' is already registered; unregister it first",
-                        decl.span,
-                    )
-                )
-            seen.add(decl.name)
-            for stream in decl.streams:
-                if stream not in streams:
-                    errors.append(
-                        VigilNameError(
-                            f"rule '{decl.name}' reads undeclared stream '{stream}'", decl.span
-                        )
-                    )
-                elif StreamSchema.from_decl(streams[stream]).time_field is None:
-                    errors.append(
-                        VigilNameError(
-                            f"rule '{decl.name}' reads stream '{stream}', which has no event "
-                            "time: declare `time FIELD`",
-                            streams[stream].span,
-                        )
-                    )
-        if errors:
-            raise errors[0] if len(errors) == 1 else ErrorList(errors)
         compiled = [self._compile(decl, streams, lists) for decl in rules_here]
         standing = self._standing.compile(standing_here, streams, lists)
 
@@ -343,7 +266,7 @@ class Engine:
                 group.processor.drop_rule(state, name)
                 if state.is_empty:
                     del group.states[key]
-                    self._scheduled.pop((signature, key), None)
+                    self._timers.forget(signature, key)
         self._regroup(signature)
         self._plan_columns()
 
@@ -376,17 +299,8 @@ class Engine:
             fast_strict=self.fast_strict,
         )
         slots = tuple(self._slot_of[r.name] for r in rules)
-        readers: dict[str, list[tuple[int, bool]]] = {}
-        for rule, slot in zip(rules, slots, strict=True):
-            for stream in rule.streams:
-                readers.setdefault(stream, []).append((slot, must_see_every_event(rule)))
-        self._groups[signature] = _Group(
-            processor=processor,
-            slots=slots,
-            states=old.states if old is not None else {},
-            readers={s: tuple(v) for s, v in readers.items()},
-            width=len(slots) if slots == tuple(range(len(slots))) else -1,
-            always=frozenset(s for s, rs in readers.items() if any(needs for _, needs in rs)),
+        self._groups[signature] = KeyedRules.of(
+            processor, slots, old.states if old is not None else {}
         )
 
     # ------------------------------------------------------------------ input
@@ -443,10 +357,10 @@ class Engine:
         if self._standing.reads(ev.stream):
             self._collect(self._standing.accept(ev))
         if any(ev.stream in g.readers for g in self._groups.values()):
-            if ev.stream in self._columnar:
+            if ev.stream in self._route.streams:
                 # Rows fed one at a time go through the reorder buffer; the stream's held
                 # columns join them there so that each key still sees its events in order.
-                self._demote(ev.stream)
+                self._route.demote(ev.stream)
             self._buffer.push(ev.ts, seq, (ev, (None,) * self._next_slot))
         self._pump()
 
@@ -511,7 +425,7 @@ class Engine:
         self._check_open()
         if len(frame) == 0:
             return
-        with _collector_paused():
+        with collector_paused():
             self._feed_frame(frame, stream, source, lines, positions, raw)
 
     def _feed_frame(
@@ -530,73 +444,16 @@ class Engine:
         self._events += n
         seqs = np.arange(seq0, seq0 + n, dtype=np.int64)
         positions = seqs if positions is None else np.asarray(positions, dtype=np.int64)
-        where = _RowOrigin(frame, source, lines, raw)
-        bad: list[tuple[int, str, str, str | None]] = []  # (row, reason, detail, stream)
-
-        # 1. which stream each row belongs to
-        groups: dict[str, np.ndarray] = {}
-        if stream is not None or STREAM_FIELD not in frame.columns:
-            try:
-                schema = stream_of({}, stream, self._schemas)
-                groups[schema.name] = np.arange(n)
-            except BadEventError as exc:
-                bad.extend((i, exc.reason, exc.detail, None) for i in range(n))
-        else:
-            names = frame[STREAM_FIELD]
-            codes, uniques = pd.factorize(names, use_na_sentinel=True)
-            for code, name in enumerate(uniques):
-                rows = np.flatnonzero(codes == code)
-                try:
-                    schema = stream_of({STREAM_FIELD: name}, None, self._schemas)
-                    groups[schema.name] = rows
-                except BadEventError as exc:
-                    bad.extend((int(i), exc.reason, exc.detail, None) for i in rows)
-            rows = np.flatnonzero(codes == -1)
-            if len(rows):
-                try:
-                    schema = stream_of({}, None, self._schemas)
-                    groups[schema.name] = np.sort(
-                        np.concatenate([groups.get(schema.name, np.empty(0, np.int64)), rows])
-                    )
-                except BadEventError as exc:
-                    bad.extend((int(i), exc.reason, exc.detail, None) for i in rows)
-
-        # 2. validate per stream, column by column
-        parts: list[tuple[str, pd.DataFrame, np.ndarray, np.ndarray]] = []
-        for name, rows in groups.items():
-            schema = self._schemas[name]
-            sub = frame if len(rows) == n else frame.iloc[rows]
-            normalised, ts, failed = schema.normalise_frame(sub)
-            bad.extend((int(rows[pos]), reason, detail, name) for pos, reason, detail in failed)
-            ok_rows = (
-                rows
-                if not failed
-                else rows[np.isin(np.arange(len(rows)), [p for p, _, _ in failed], invert=True)]
-            )
-            parts.append((name, normalised, ts, ok_rows))
-        for row, reason, detail, name in sorted(bad, key=lambda b: b[0]):
+        where = RowOrigin(frame, source, lines, raw)
+        parts, bad = split_by_stream(frame, stream, self._schemas)
+        for row, reason, detail, name in bad:
             self._bad += 1
             self._dead.append(dead_letter(reason, detail, stream=name, **where.of(row)))
         if not parts:
             return
+        late, met = lateness(self._watermark, parts)
 
-        # 3. lateness, in arrival order across streams
-        stream_names = [p[0] for p in parts]
-        all_rows = np.concatenate([p[3] for p in parts])
-        all_codes = np.concatenate(
-            [np.full(len(p[3]), code, dtype=np.int64) for code, p in enumerate(parts)]
-        )
-        all_ts = np.concatenate([p[2] for p in parts])
-        order = np.argsort(all_rows, kind="stable")
-        late_sorted = self._watermark.observe_many(stream_names, all_codes[order], all_ts[order])
-        late = np.empty_like(late_sorted)
-        late[order] = late_sorted
-        met = np.empty(len(order), dtype=np.int64)
-        met[order] = self._watermark.arrival_watermarks
-
-        # 4. columnar masks, relevance, events
-        if self._wanted:
-            self._enable_columns()
+        self._route.enable()
         entries_ts: list[np.ndarray] = []
         entries_seq: list[np.ndarray] = []
         entries: list[tuple[Event, tuple]] = []
@@ -619,7 +476,7 @@ class Engine:
                 self._dead.append(
                     dead_letter(
                         EventReason.LATE,
-                        _late_detail(int(ts[i]), int(met[offset - count + i])),
+                        late_detail(int(ts[i]), int(met[offset - count + i])),
                         stream=name,
                         **where.of(row),
                     )
@@ -641,15 +498,22 @@ class Engine:
                 self._collect(
                     self._standing.accept_frame(name, normalised, ts, docs, seqs[ok_rows])
                 )
-            if name in self._columnar:
-                held = self._hold_columns(name, normalised, ts, seqs[ok_rows], positions[ok_rows])
+            if name in self._route.streams:
+                fields = self._groups[self._route.streams[name]].processor.key_fields[name]
+                held = self._route.hold(
+                    self._schemas[name], fields, normalised, ts, seqs[ok_rows],
+                    positions[ok_rows], self._next_slot,
+                )
                 if held is not None:
                     events, rows = held
                     entries.extend((e, (-1,) * self._next_slot) for e in events)
                     entries_ts.append(ts[rows])
                     entries_seq.append(seqs[ok_rows[rows]])
                 continue
-            masks, relevant = self._masks(name, normalised)
+            masks, relevant = rule_masks(
+                name, normalised, self._groups.values(), self._rules, self._slot_of,
+                self._next_slot,
+            )
             if masks is None:
                 continue
             rel = np.flatnonzero(relevant)
@@ -659,7 +523,7 @@ class Engine:
             events = self._schemas[name].events_from_frame(
                 chosen, seqs[ok_rows[rel]], positions[ok_rows[rel]]
             )
-            entries.extend(zip(events, _mask_tuples(masks[rel]), strict=True))
+            entries.extend(zip(events, mask_tuples(masks[rel]), strict=True))
             entries_ts.append(ts[rel])
             entries_seq.append(seqs[ok_rows[rel]])
         if entries:
@@ -675,34 +539,6 @@ class Engine:
             )
         self._pump()
 
-    def _masks(self, stream: str, frame: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray]:
-        """Per row, the columnar mask of every rule slot (0 for rules not reading ``stream``),
-        and which rows some rule must see."""
-        readers = [
-            (g, slot, needs)
-            for g in self._groups.values()
-            for slot, needs in g.readers.get(stream, ())
-        ]
-        n = len(frame)
-        if not readers:
-            return None, np.zeros(n, dtype=bool)
-        masks = np.zeros((n, self._next_slot), dtype=np.int64)
-        relevant = np.zeros(n, dtype=bool)
-        by_slot = {self._slot_of[name]: rule for name, rule in self._rules.items()}
-        # Rules over several streams tell them apart by a `stream` column.
-        multi = any(len(by_slot[slot].streams) > 1 for _, slot, _ in readers)
-        view = frame.assign(**{STREAM_FIELD: stream}) if multi else frame
-        for _group, slot, needs in readers:
-            rule = by_slot[slot]
-            # the rule's mask already clears the bits whose current-event conjuncts fail
-            mask = np.asarray(rule.columnar_mask(view), dtype=np.int64)
-            masks[:, slot] = mask
-            if needs:
-                relevant[:] = True
-            else:
-                relevant |= mask != 0
-        return masks, relevant
-
     def advance_watermark(self, ts_ms: int) -> None:
         """Declare that no event older than ``ts_ms`` will arrive (the watermark never goes
         back); releases buffered events and fires timers that are due."""
@@ -714,7 +550,7 @@ class Engine:
         """End of input: release every buffered event, fire every timer and pending absence."""
         if self._closed:
             return
-        with _collector_paused():
+        with collector_paused():
             self._close()
 
     def _close(self) -> None:
@@ -729,7 +565,6 @@ class Engine:
                 group.processor.fire_timers(state, END_OF_INPUT, outputs)
             group.states.clear()
         self._timers.clear()
-        self._scheduled.clear()
         outputs.extend(self._standing.advance(END_OF_INPUT))
         self._collect(outputs)
         self._closed = True
@@ -782,7 +617,7 @@ class Engine:
             },
             dropped_partials={k: v for k, v in drops.items() if v},
             keys=keys,
-            buffered=len(self._buffer) + len(self._columns),
+            buffered=len(self._buffer) + len(self._route.columns),
             watermark=self._watermark.current,
         )
 
@@ -793,208 +628,21 @@ class Engine:
         watermark = self._watermark.current
         released = self._buffer.release(watermark)
         outputs: list[dict[str, Any]] = []
-        for block in self._columns.release(watermark) if self._columns else ():
-            self._run_block(block, outputs)
+        for block in self._route.release(watermark):
+            signature = self._route.streams[block.stream]
+            group = self._groups[signature]
+            for key, state in run_block(block, group, outputs):
+                self._timers.update(signature, group, key, state)
         if released:
-            # Events are grouped per key (keeping their order) so that each key's rules run
-            # once per release; keys are independent, so this changes no result.
-            work: dict[tuple[tuple, tuple], list] = {}
-            relevant = self._relevant
-            prepared = [
-                (
-                    signature,
-                    group,
-                    group.always,
-                    group.width,
-                    group.processor.keys_of_event
-                    if group.processor.multi_key
-                    else group.processor.key_of_event,
-                    group.processor.multi_key,
-                )
-                for signature, group in self._groups.items()
-            ]
-            for _ts, _seq, (event, masks) in released:
-                for signature, group, always, width, key_fn, multi in prepared:
-                    if event.stream not in always and not relevant(group, event, masks):
-                        continue
-                    if len(masks) != width:
-                        masks = _aligned(masks, group.slots)
-                    if multi:
-                        keys = key_fn(event)
-                    else:
-                        key = key_fn(event)
-                        keys = () if key is None else (key,)
-                    if not keys:
-                        self._missing_key(group.processor, event)
-                        continue
-                    for key in keys:
-                        items = work.get((signature, key))
-                        if items is None:
-                            work[(signature, key)] = items = []
-                        items.append((event, masks))
-            jobs: dict[tuple, list[tuple[tuple, KeyState, list]]] = {}
-            for (signature, key), items in work.items():
-                group = self._groups[signature]
-                state = group.states.get(key)
-                if state is None:
-                    state = group.states[key] = KeyState()
-                jobs.setdefault(signature, []).append((key, state, items))
-            for signature, group_jobs in jobs.items():
-                group = self._groups[signature]
-                group.processor.run_batch(group_jobs, outputs)
-                for key, state, _items in group_jobs:
-                    self._after(signature, group, key, state)
-        if self._timers and self._timers[0][0] <= watermark:
-            due = []
-            while self._timers and self._timers[0][0] <= watermark:
-                due.append(heapq.heappop(self._timers))
-            for timer_ms, _, signature, key in due:
-                if self._scheduled.get((signature, key)) != timer_ms:
-                    continue
-                del self._scheduled[(signature, key)]
-                group = self._groups.get(signature)
-                state = group.states.get(key) if group is not None else None
-                if state is None:
-                    continue
-                group.processor.fire_timers(state, watermark, outputs)
-                self._after(signature, group, key, state)
+            dispatch(self._groups, released, self._timers, outputs, self._missing_key)
+        fire_due(self._groups, self._timers, watermark, outputs)
         outputs.extend(self._standing.advance(watermark))
         self._collect(outputs)
 
-    # ------------------------------------------------------------------ columnar route
-
     def _plan_columns(self) -> None:
-        """Decide which streams' rows wait as columns (after the rules changed).
-
-        A stream qualifies when one group reads it, the group reads no other stream (so keys
-        and timers are met in the order the per-event dispatch meets them) and
-        :meth:`RuleProcessor.scan_streams` says its rules can run it column-wise. A stream
-        that stops qualifying has its held rows moved to the reorder buffer; one that starts
-        qualifying is held as columns once the reorder buffer has none of its events
-        (:meth:`_enable_columns`).
-        """
-        wanted: dict[str, tuple] = {}
-        if self.fast_strict and self._runtime is None:
-            readers: Counter[str] = Counter()
-            for group in self._groups.values():
-                readers.update(list(group.readers))
-            for signature, group in self._groups.items():
-                if len(group.readers) != 1:
-                    continue
-                for stream in group.processor.scan_streams():
-                    if readers[stream] == 1:
-                        wanted[stream] = signature
-        for stream, signature in list(self._columnar.items()):
-            if wanted.get(stream) != signature:
-                self._demote(stream)
-        self._wanted = {
-            s: sig for s, sig in wanted.items() if self._columnar.get(s) != sig
-        }
-        if self._wanted:
-            self._enable_columns()
-
-    def _enable_columns(self) -> None:
-        """Hold the wanted streams as columns from now on, those without buffered events."""
-        buffered = {payload[0].stream for _, _, payload in self._buffer.entries()}
-        for stream in [s for s in self._wanted if s not in buffered]:
-            self._columnar[stream] = self._wanted.pop(stream)
-
-    def _demote(self, stream: str) -> None:
-        """Move a stream's held rows to the reorder buffer as events; its next rows go there
-        too until :meth:`_enable_columns` holds it as columns again."""
-        signature = self._columnar.pop(stream)
-        self._wanted[stream] = signature
-        held = self._columns.take(stream)
-        if held:
-            # Every rule reading the stream runs as a scan, which reads a mask only to know
-            # whether the rule was registered when the event arrived.
-            entries = sorted(
-                ((ev.ts, ev.seq, (ev, (-1,) * width)) for ev, width in held),
-                key=lambda entry: (entry[0], entry[1]),
-            )
-            self._buffer.push_sorted(entries)
-
-    def _hold_columns(
-        self,
-        stream: str,
-        frame: pd.DataFrame,
-        ts: np.ndarray,
-        seqs: np.ndarray,
-        positions: np.ndarray,
-    ) -> tuple[list[Event], np.ndarray] | None:
-        """Hold accepted rows of a columnar stream; rows with a null key field become events
-        (returned with their row numbers) for the reorder buffer, which dead-letters them."""
-        schema = self._schemas[stream]
-        group = self._groups[self._columnar[stream]]
-        fields = group.processor.key_fields[stream]
-        null = np.zeros(len(frame), dtype=bool)
-        for name in fields:
-            if name not in frame.columns:
-                null[:] = True
-                break
-            null |= np.fromiter(
-                (v is None for v in _column_values(frame[name])), dtype=bool, count=len(frame)
-            )
-        missing = None
-        if null.any():
-            rows = np.flatnonzero(null)
-            missing = (
-                schema.events_from_frame(frame.iloc[rows], seqs[rows], positions[rows]),
-                rows,
-            )
-            keep = ~null
-            frame, ts, seqs, positions = frame[keep], ts[keep], seqs[keep], positions[keep]
-        if len(frame):
-            self._columns.push(Chunk(schema, frame, ts, seqs, positions, self._next_slot))
-        return missing
-
-    def _run_block(self, block: Block, outputs: list[dict[str, Any]]) -> None:
-        """Run released columnar rows: what the per-event dispatch does with their events."""
-        signature = self._columnar[block.stream]
-        group = self._groups[signature]
-        processor = group.processor
-        fields = processor.key_fields[block.stream]
-        index: dict[Any, int] = {}
-        if len(fields) == 1:
-            codes = [index.setdefault(v, len(index)) for v in block.column(fields[0])]
-            keys = [(v,) for v in index]
-        else:
-            codes = [
-                index.setdefault(k, len(index))
-                for k in zip(*[block.column(f) for f in fields], strict=True)
-            ]
-            keys = list(index)
-        states = group.states
-        key_states = []
-        for key in keys:
-            state = states.get(key)
-            if state is None:
-                state = states[key] = KeyState()
-            key_states.append(state)
-        code_array = np.asarray(codes, dtype=np.int64)
-        widths = block.widths()
-        for rule_index in processor.scan_rules(block.stream):
-            slot = group.slots[rule_index]
-            seen = widths > slot
-            if seen.all():
-                order = np.argsort(code_array, kind="stable")
-            else:
-                chosen = np.flatnonzero(seen)
-                order = chosen[np.argsort(code_array[chosen], kind="stable")]
-            if len(order) == 0:
-                continue
-            part = block.select(order)
-            sorted_codes = code_array[order]
-            bounds = np.flatnonzero(np.diff(sorted_codes)) + 1
-            starts = [0, *bounds.tolist()]
-            ends = [*bounds.tolist(), len(order)]
-            segments = [
-                (keys[c], key_states[c], lo, hi)
-                for c, lo, hi in zip(sorted_codes[starts].tolist(), starts, ends, strict=True)
-            ]
-            processor.run_columns(rule_index, part, segments, outputs)
-        for key, state in zip(keys, key_states, strict=True):
-            self._after(signature, group, key, state)
+        """Decide which streams' rows wait as columns (:meth:`ColumnRoute.plan`): none when
+        the scan is off or the runtime is not the default one."""
+        self._route.plan(self._groups if self.fast_strict and self._runtime is None else {})
 
     def _missing_key(self, processor: RuleProcessor, event: Event) -> None:
         self._bad += 1
@@ -1015,33 +663,6 @@ class Engine:
             self._match_counts[match["name"]] += 1
         self._matches.extend(outputs)
 
-    @staticmethod
-    def _relevant(group: _Group, event: Event, masks: tuple) -> bool:
-        readers = group.readers.get(event.stream)
-        if not readers:
-            return False
-        if event.stream in group.always:
-            return True
-        size = len(masks)
-        for slot, needs in readers:
-            if slot < size and (needs or masks[slot] != 0):
-                return True
-        return False
-
-    def _after(self, signature: tuple, group: _Group, key: tuple, state: KeyState) -> None:
-        if state.is_empty:
-            del group.states[key]
-            self._scheduled.pop((signature, key), None)
-            return
-        due = state.next_timer_ms()
-        if due is None:
-            return
-        known = self._scheduled.get((signature, key))
-        if known is None or due < known:
-            self._scheduled[(signature, key)] = due
-            self._timer_seq += 1
-            heapq.heappush(self._timers, (due, self._timer_seq, signature, key))
-
     def _late_letter(
         self, ev: Event, source: str, line: int | None, raw: str | None, event: Mapping[str, Any]
     ) -> None:
@@ -1049,7 +670,7 @@ class Engine:
         self._dead.append(
             dead_letter(
                 EventReason.LATE,
-                _late_detail(ev.ts, self._watermark.current),
+                late_detail(ev.ts, self._watermark.current),
                 input=source,
                 line=line,
                 raw=raw,
@@ -1063,181 +684,5 @@ class Engine:
             raise EngineError("the engine is closed (end of input); create a new Engine")
 
 
-# ---------------------------------------------------------------------- helpers
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the duration of a batch.
-
-    A batch allocates events, binding lists and matches by the hundred thousand, none of them
-    in reference cycles; generational collections triggered by those allocations would walk
-    every live object again and again (a quarter of the CPU time of a strict-contiguity batch)
-    to free nothing. The collector's previous setting is restored afterwards.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def _mask_tuples(masks: np.ndarray) -> list[tuple]:
-    """Each row of a (rows x rules) mask array as a tuple; equal rows share one tuple (a rule
-    that must see every event gives most rows the same masks)."""
-    if len(masks) < 64:
-        return [tuple(row) for row in masks.tolist()]
-    distinct, which = np.unique(masks, axis=0, return_inverse=True)
-    shared = [tuple(row) for row in distinct.tolist()]
-    return [shared[i] for i in which.reshape(-1).tolist()]
-
-
 def _emission_order(match: dict[str, Any]) -> tuple:
     return (match.get("end", ""), match.get("start", ""), match.get("name", ""))
-
-
-def _aligned(masks: tuple, slots: tuple[int, ...]) -> tuple:
-    """Per rule of a group, its mask for the event; rules registered after the event arrived
-    get :data:`NOT_REGISTERED` and do not see it."""
-    size = len(masks)
-    return tuple(masks[s] if s < size else NOT_REGISTERED for s in slots)
-
-
-def _late_detail(ts: int, watermark: int) -> str:
-    if watermark >= END_OF_INPUT:
-        return f"event time {iso_ms(ts)} arrived after end of input"
-    return f"event time {iso_ms(ts)} is behind the watermark {iso_ms(watermark)}"
-
-
-class _RowOrigin:
-    """Where each row of a batch came from, for its dead letter."""
-
-    def __init__(self, frame: pd.DataFrame, source, lines, raw) -> None:
-        self.frame = frame
-        self.source = source
-        self.lines = lines
-        self.raw = raw
-
-    def of(self, row: int) -> dict[str, Any]:
-        source = self.source if isinstance(self.source, str) else self.source[row]
-        line = None if self.lines is None else int(self.lines[row])
-        if self.raw is not None:
-            return {"input": source, "line": line, "raw": self.raw[row]}
-        values = self.frame.iloc[row].to_dict()
-        event = {str(k): plain_value(v) for k, v in values.items() if not _is_missing(v)}
-        return {"input": source, "line": line, "event": event}
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
-
-
-def load_list(decl: ast.ListDecl) -> Any:
-    """The membership container of a ``list`` declaration.
-
-    Values come inline or from a file (one value a line, blank lines ignored, path relative
-    to the declaring file). Lists larger than :data:`BLOOM_THRESHOLD` are held in a Bloom
-    filter (``sketches.BloomFilter``) to bound memory; smaller ones in a ``frozenset``.
-
-    Raises
-    ------
-    query_lang.errors.IncludeError
-        When the file cannot be read.
-    """
-    if decl.path is None:
-        return frozenset(decl.values)
-    path = Path(decl.path)
-    declared_in = decl.span.file
-    if not path.is_absolute() and declared_in and declared_in != "<string>":
-        path = Path(declared_in).parent / path
-    try:
-        with open(path, encoding="utf-8") as handle:
-            values = [line.strip() for line in handle]
-    except OSError as exc:
-        raise IncludeError(
-            f"cannot read list '{decl.name}' from {str(path)!r}: {exc.strerror or exc}", decl.span
-        ) from None
-    except UnicodeDecodeError:
-        raise IncludeError(
-            f"list '{decl.name}' file {str(path)!r} is not UTF-8 text", decl.span
-        ) from None
-    values = [v for v in values if v]
-    if len(values) <= BLOOM_THRESHOLD:
-        return frozenset(values)
-    return _bloom(values)
-
-
-def _bloom(values: list[str]) -> Any:
-    bloom = BloomFilter(capacity=len(values), error_rate=BLOOM_FALSE_POSITIVE_RATE)
-    bloom.update(np.asarray(values, dtype=object))
-    return bloom
-
-
-# ---------------------------------------------------------------------- program loading
-
-
-def load_declarations(
-    source: Any, known: Sequence[ast.Declaration] = ()
-) -> list[ast.Declaration]:
-    """Parse and check what :meth:`Engine.register` was given, against what is registered
-    (``known``), compiling nothing: for callers that need a program's declarations only.
-
-    Files are loaded with their includes. Semantic checks run over the earlier registrations
-    plus the new declarations, so a rule file may use streams registered before it; earlier
-    registrations passed these checks, so every error reported belongs to the new input.
-    """
-    if isinstance(source, ast.Module):
-        source = [source]
-    if isinstance(source, list | tuple) and all(isinstance(m, ast.Module) for m in source):
-        new = [d for m in source for d in m.declarations if not isinstance(d, ast.Include)]
-        new = _without_repeats(new, known)
-        errors = check_declarations([*known, *new])
-    else:
-        if isinstance(source, os.PathLike) or (
-            isinstance(source, str) and "\n" not in source and _looks_like_path(source)
-        ):
-            if not Path(source).is_file():
-                raise IncludeError(f"file not found: {source}", ast.Span(str(source)))
-            program, errors = check_program([str(source)])
-        elif isinstance(source, str):
-            program, errors = check_program(text=source)
-        else:
-            raise TypeError(
-                f"register() takes DSL text, a path or parsed Modules, not {type(source).__name__}"
-            )
-        new = _without_repeats(program.declarations, known)
-        if known and errors:
-            # Errors about names the earlier registrations declare are not errors here.
-            alone = {_error_key(e) for e in check_declarations(new, program.sources)}
-            loading = [e for e in errors if _error_key(e) not in alone]
-            errors = loading + check_declarations([*known, *new], program.sources)
-        for err in errors:
-            if err.source is None and err.span is not None:
-                err.source = program.sources.get(err.span.file)
-    if errors:
-        raise errors[0] if len(errors) == 1 else ErrorList(errors)
-    return new
-
-
-def _without_repeats(
-    new: Sequence[ast.Declaration], known: Sequence[ast.Declaration]
-) -> list[ast.Declaration]:
-    """Drop streams, lists and webhooks identical to registered ones (two rule files that
-    include the same ``common.vigil``); a different redefinition stays and is reported."""
-    shared = (ast.StreamDecl, ast.ListDecl, ast.WebhookDecl)
-    registered = {(type(d), d.name): d for d in known if isinstance(d, shared)}
-    return [
-        d for d in new if not (isinstance(d, shared) and registered.get((type(d), d.name)) == d)
-    ]
-
-
-def _error_key(error: VigilError) -> tuple:
-    return (type(error).__name__, error.message, error.span)
-
-
-def _looks_like_path(text: str) -> bool:
-    stripped = text.strip()
-    return bool(stripped) and (stripped.endswith(".vigil") or Path(stripped).is_file())

@@ -317,19 +317,13 @@ def _nullable(p: ast.Pattern) -> bool:
     return p.min == 0 or _nullable(p.inner)
 
 
-def _occurrences(p: ast.Pattern, out: list[tuple[str, bool, ast.Span]]) -> None:
-    if isinstance(p, ast.PatVar):
-        out.append((p.name, True, p.span))
-    elif isinstance(p, ast.PatAbsent):
-        out.append((p.name, False, p.span))
-    elif isinstance(p, ast.PatSeq):
-        for i in p.items:
-            _occurrences(i, out)
-    elif isinstance(p, ast.PatAlt):
-        for o in p.options:
-            _occurrences(o, out)
-    else:
-        _occurrences(p.inner, out)
+def _occurrences(p: ast.Pattern) -> list[tuple[str, bool, ast.Span]]:
+    """Each variable occurrence in text order: ``(name, bound (not ``!x``), span)``."""
+    return [
+        (node.name, isinstance(node, ast.PatVar), node.span)
+        for node in ast.walk(p)
+        if isinstance(node, ast.PatVar | ast.PatAbsent)
+    ]
 
 
 def _check_negations(p: ast.Pattern) -> None:
@@ -361,16 +355,17 @@ def _check_negations(p: ast.Pattern) -> None:
 def _placed(p: ast.Pattern, names: list[str]) -> ast.Pattern:
     """``p`` with each variable occurrence renamed to its place (``a b a`` -> ``a#0 b#1 a#2``).
 
-    ``names`` collects the original name of each place, in text order.
+    ``names`` collects the original name of each place, in text order (the order in which
+    :func:`query_lang.ast.transform` meets the occurrences).
     """
-    if isinstance(p, ast.PatVar | ast.PatAbsent):
-        names.append(p.name)
-        return dataclasses.replace(p, name=f"{p.name}#{len(names) - 1}")
-    if isinstance(p, ast.PatSeq):
-        return dataclasses.replace(p, items=tuple(_placed(i, names) for i in p.items))
-    if isinstance(p, ast.PatAlt):
-        return dataclasses.replace(p, options=tuple(_placed(o, names) for o in p.options))
-    return dataclasses.replace(p, inner=_placed(p.inner, names))
+
+    def place(node: ast.Node) -> ast.Node:
+        if isinstance(node, ast.PatVar | ast.PatAbsent):
+            names.append(node.name)
+            return dataclasses.replace(node, name=f"{node.name}#{len(names) - 1}")
+        return node
+
+    return ast.transform(p, place)
 
 
 class _Builder:
@@ -531,28 +526,13 @@ class _Builder:
 # ---------------------------------------------------------------- expressions
 
 
-def _walk_expr(expr: Any):
-    yield expr
-    if isinstance(expr, ast.Node):
-        for name in expr.__dataclass_fields__:
-            if name == "span":
-                continue
-            value = getattr(expr, name)
-            if isinstance(value, ast.Node):
-                yield from _walk_expr(value)
-            elif isinstance(value, tuple):
-                for v in value:
-                    if isinstance(v, ast.Node):
-                        yield from _walk_expr(v)
-
-
 def expression_reads(expr: ast.Expr | None, variables: frozenset[str]) -> tuple[bool, int]:
     """Whether an expression reads pattern variables, and its deepest ``prev`` (0: none)."""
     if expr is None:
         return False, 0
     reads_vars = False
     depth = 0
-    for node in _walk_expr(expr):
+    for node in ast.walk(expr):
         if isinstance(node, ast.FieldRef) and node.qualifier in variables:
             reads_vars = True
         elif isinstance(node, ast.VarField):
@@ -594,26 +574,15 @@ def _define_condition(
     )
 
 
-def _without_prev(expr: Any) -> Any:
+def _without_prev(expr: ast.Expr) -> ast.Expr:
     """``expr`` with every ``prev(f, n)`` replaced by a read of the column ``prev_column(f, n)``."""
-    if isinstance(expr, ast.Prev):
-        return ast.FieldRef(prev_column(expr.name, expr.n), None, expr.span)
-    if not isinstance(expr, ast.Node):
-        return expr
-    changes = {}
-    for name in expr.__dataclass_fields__:
-        if name == "span":
-            continue
-        value = getattr(expr, name)
-        if isinstance(value, ast.Node):
-            new = _without_prev(value)
-        elif isinstance(value, tuple):
-            new = tuple(_without_prev(v) for v in value)
-        else:
-            continue
-        if new is not value and new != value:
-            changes[name] = new
-    return dataclasses.replace(expr, **changes) if changes else expr
+
+    def column(node: ast.Node) -> ast.Node:
+        if isinstance(node, ast.Prev):
+            return ast.FieldRef(prev_column(node.name, node.n), None, node.span)
+        return node
+
+    return ast.transform(expr, column)
 
 
 def _batch_condition(
@@ -624,7 +593,7 @@ def _batch_condition(
     if not compiler.is_columnar(rewritten, scope):
         return None
     prev_names = {}
-    for node in _walk_expr(expr):
+    for node in ast.walk(expr):
         if isinstance(node, ast.Prev):
             prev_names[prev_column(node.name, node.n)] = (node.name, node.n)
     reads = tuple(
@@ -734,12 +703,25 @@ def compile_rule(
     RuleCompileError
         When the pattern is malformed (a leading ``!x``, a trailing ``!x`` without ``within``,
         unknown ``skip to`` variable, ...).
+
+    Examples
+    --------
+    >>> from query_lang import parse
+    >>> program = parse('''
+    ... stream txn (card string, amount float, ts timestamp) time ts
+    ... rule probe from txn by card pattern small big within 1h
+    ...   define small as amount < 1, big as amount > 500
+    ... ''')
+    >>> rule = compile_rule(program.declarations[1])
+    >>> rule.variables, rule.key_names, rule.within_ms
+    (('small', 'big'), ('card',), 3600000)
+
+    :func:`cep.nfa.runtime.process_event` runs it on a key's events.
     """
     if max_partials < 1:
         raise RuleCompileError(f"rule {rule.name}: max_partials must be at least 1", rule.span)
     _check_negations(rule.pattern)
-    occ: list[tuple[str, bool, ast.Span]] = []
-    _occurrences(rule.pattern, occ)
+    occ = _occurrences(rule.pattern)
     order: list[str] = []
     for name, _, _ in occ:
         if name not in order:

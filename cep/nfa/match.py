@@ -1,19 +1,24 @@
 """The match object every engine emits for a ``rule``: bound events, emitted values, times, id.
 
-The JSON shape is shared by the embedded engine and the Spark operator, and ``match_id`` is a
-deterministic hash so that retries and replays of the same input deduplicate downstream.
+:func:`build_match` is the one place a :class:`Match` is made from a match's bound events (the
+per-event runtime and the strict scan both call it). The JSON shape is shared by the embedded
+engine and the Spark operator, and ``match_id`` is a deterministic hash so that retries and
+replays of the same input deduplicate downstream.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cep.nfa.compiler import CompiledRule
+from cep.nfa.errors import RuleRuntimeError
 from query_lang.timestamps import format_iso_ms
 
-__all__ = ["Match", "match_id_of"]
+__all__ = ["Match", "build_match", "match_id_of"]
 
 
 def match_id_of(
@@ -83,3 +88,89 @@ class Match:
             "end": format_iso_ms(self.end_ms),
             "severity": self.severity,
         }
+
+
+def build_match(
+    rule: CompiledRule, key: tuple | None, word: Sequence[tuple[int, Any]], end_ms: int | None
+) -> Match:
+    """The :class:`Match` of ``rule`` that bound the events of ``word`` on a key.
+
+    Parameters
+    ----------
+    rule:
+        The compiled rule.
+    key:
+        The key's values (``RuleState.key``); when it does not cover every key name, the key
+        is read from the first event's fields.
+    word:
+        The match's ``(place, event)`` pairs in order: a place of the pattern
+        (:attr:`CompiledRule.places`) and an event with ``id``, ``stream``, ``ts`` and
+        ``fields``.
+    end_ms:
+        The match's end (an absence deadline); ``None``: the last event's time.
+    """
+    names, places = rule.variables, rule.places
+    events: dict[str, list[Any]] = {}
+    for place, event in word:
+        events.setdefault(names[places[place]], []).append(event.id)
+    first, last = word[0][1], word[-1][1]
+    key_values = _key_values(rule, key, first)
+    values = (
+        dict(key_values) if rule.emit is None
+        else _emit_values(rule, key_values, last, _MatchContext(rule, word))
+    )
+    return Match(
+        rule=rule.name,
+        version=rule.version,
+        key=key_values,
+        events=events,
+        values=values,
+        start_ms=first.ts,
+        end_ms=last.ts if end_ms is None else end_ms,
+        severity=rule.severity,
+    )
+
+
+class _MatchContext:
+    """The ``MatchContext`` an ``emit`` expression sees: a match's bound events by variable."""
+
+    __slots__ = ("by_var",)
+
+    def __init__(self, rule: CompiledRule, word: Sequence[tuple[int, Any]]):
+        names, places = rule.variables, rule.places
+        by_var: dict[str, list[Mapping[str, Any]]] = {}
+        for place, event in word:
+            by_var.setdefault(names[places[place]], []).append(event.fields)
+        self.by_var = by_var
+
+    def bound(self, var: str) -> Sequence[Mapping[str, Any]]:
+        return self.by_var.get(var, ())
+
+    def prev(self, n: int = 1) -> None:
+        return None
+
+
+def _key_values(rule: CompiledRule, key: tuple | None, first: Any) -> dict[str, Any]:
+    if key is not None and len(key) == len(rule.key_names):
+        return dict(zip(rule.key_names, key, strict=True))
+    names = rule.key_fields.get(first.stream, ())
+    return {n: first.fields.get(f) for n, f in zip(rule.key_names, names, strict=False)}
+
+
+def _emit_values(
+    rule: CompiledRule, key: dict[str, Any], last: Any, ctx: _MatchContext
+) -> dict[str, Any]:
+    """A match's ``emit`` values: each expression over the last event's fields (the key's
+    fields filled in) and ``ctx``, the match's bound events."""
+    current = dict(last.fields)
+    for name, value in key.items():
+        current.setdefault(name, value)
+    values = {}
+    for name, fn in rule.emit:
+        try:
+            values[name] = fn(current, ctx)
+        except Exception as exc:
+            raise RuleRuntimeError(
+                f"rule {rule.name}: emit {name} failed on a match: {exc}"
+            ) from exc
+    return values

@@ -1,25 +1,30 @@
-"""Runs a compiled rule over the events of one partition key: partial matches, timers, skips.
+"""Runs a compiled rule over the events of one partition key: one step per event (relaxed/any
+partial matches, or strict Pike-VM runs), then deadlines, the skip strategy and the caps.
 
-Everything that belongs to one (rule, key) lives in a :class:`RuleState` value that the caller
-keeps (a dict in the embedded engine, Spark state in the streaming operator) and can serialise
-with :meth:`RuleState.to_bytes`. The functions here are pure over (compiled rule, state, input):
-results do not depend on how a key's events are split into calls. The matching semantics are
-specified in ``docs/semantics.md``.
+Pure over (compiled rule, :class:`cep.nfa.state.RuleState`, input): results do not depend on how
+a key's events are split into calls; the semantics are specified in ``docs/semantics.md``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import struct
-import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from cep.events.event import EngineError, StateError
 from cep.nfa.compiler import TAIL_GREEDY, TAIL_RELUCTANT, CompiledRule
-from cep.nfa.match import Match
+from cep.nfa.errors import OutOfOrderEventError, RuleRuntimeError, StateFormatError
+from cep.nfa.match import Match, build_match
+from cep.nfa.state import (
+    RuleState,
+    _Absence,
+    _Binding,
+    _Event,
+    _Held,
+    _Partial,
+    _StrictEntry,
+    _StrictRun,
+    new_state,
+)
 
 __all__ = [
     "OutOfOrderEventError",
@@ -31,116 +36,8 @@ __all__ = [
     "process_event",
 ]
 
-_MAGIC = b"VGRS"
-_FORMAT_VERSION = 1
-_HEADER = struct.Struct(">4sBB8sI")
-_FLAG_ZLIB = 1
-_COMPRESS_OVER = 512
 _INF = math.inf
 _NO_GUARDS: frozenset[int] = frozenset()
-
-
-class RuleRuntimeError(EngineError):
-    """Root of the errors raised while running a compiled rule on a key."""
-
-
-class OutOfOrderEventError(RuleRuntimeError, ValueError):
-    """An event reached the runtime out of event-time order or behind the key's watermark."""
-
-
-class StateFormatError(RuleRuntimeError, StateError):
-    """Serialised rule state is corrupt, truncated, of an unknown version or of another rule."""
-
-
-class _Event:
-    """An event as the runtime keeps it: its partition position plus the caller's values."""
-
-    __slots__ = ("pos", "id", "stream", "ts", "fields")
-
-    def __init__(self, pos: int, id: Any, stream: str, ts: int, fields: Mapping[str, Any]):
-        self.pos = pos
-        self.id = id
-        self.stream = stream
-        self.ts = ts
-        self.fields = fields
-
-
-class _Binding:
-    """One link of a persistent binding list: ``event`` taken at ``place`` after ``parent``.
-
-    ``place`` is a variable's place in the pattern (:attr:`CompiledRule.places` maps it to the
-    variable), so two parses that bind the same events to the same variable at different
-    places are different partial matches. Partial matches that share a prefix share its
-    links, and through them the buffered events (the role of Flink's SharedBuffer).
-    """
-
-    __slots__ = ("parent", "place", "event")
-
-    def __init__(self, parent: _Binding | None, place: int, event: _Event):
-        self.parent = parent
-        self.place = place
-        self.event = event
-
-    def chain(self) -> list[_Binding]:
-        out = []
-        node: _Binding | None = self
-        while node is not None:
-            out.append(node)
-            node = node.parent
-        out.reverse()
-        return out
-
-
-@dataclass(slots=True)
-class _Partial:
-    """A partial match under relaxed/any contiguity: a binding list and its NFA letters."""
-
-    node: _Binding
-    letters: tuple[int, ...]
-    blocked: frozenset[int]
-    supersedes: tuple[int, ...]
-    after_reluctant: bool
-    start_pos: int
-    start_ts: int
-    born: int
-
-
-@dataclass(slots=True)
-class _Held:
-    """A complete match held back because a trailing greedy quantifier may still extend it."""
-
-    id: int
-    node: _Binding
-    deadline: float
-    superseded: bool = False
-
-
-@dataclass(slots=True)
-class _Absence:
-    """A match that waits for its trailing ``!x`` window to close without an ``x``."""
-
-    node: _Binding
-    guard_sets: tuple[frozenset[int], ...]
-    blocked: frozenset[int]
-    deadline: int
-
-
-#: One live alternative of a strict run, in preference order: ``(letter, binding, guards)``.
-#: ``letter`` >= 0 waits to TAKE that letter next; -1 is a trailing absence waiting for its
-#: deadline with ``guards`` not yet violated. Plain tuples: strict runs create one per event.
-_StrictEntry = tuple
-
-
-@dataclass(slots=True)
-class _StrictRun:
-    """All alternatives started at one position under strict contiguity (a Pike-VM run)."""
-
-    start_pos: int
-    start_ts: int
-    entries: list[_StrictEntry]
-    best: _Binding | None = None
-    best_end: int = 0
-    born: int = 0
 
 
 class _Context:
@@ -180,108 +77,6 @@ class _Context:
         if n < 1 or n > len(self.history):
             return None
         return self.history[-n]
-
-
-class RuleState:
-    """The mutable per-(rule, key) state: partial matches, held and pending matches, timers.
-
-    Attributes
-    ----------
-    dropped_partials:
-        Partial matches dropped because the key hit ``max_partials`` (oldest first).
-    """
-
-    __slots__ = (
-        "key", "pos", "watermark", "resume", "dropped_partials", "partials", "held",
-        "absences", "_runs", "lazy_runs", "history", "born", "held_ids", "last_ts",
-        "events_seen", "fingerprint", "within",
-    )
-
-    def __init__(self, fingerprint: bytes = b"\0" * 8, within: int | None = None) -> None:
-        self.fingerprint = fingerprint
-        self.within = within
-        self.key: tuple | None = None
-        self.pos = 0
-        self.watermark: float | None = None
-        self.resume = 0
-        self.dropped_partials = 0
-        self.partials: list[_Partial] = []
-        self.held: list[_Held] = []
-        self.absences: list[_Absence] = []
-        self._runs: list[_StrictRun] = []
-        # Strict runs left by the column-wise scan (cep.nfa.strict) in its abstract form; they are
-        # built into ``runs`` on first access, so only the scan's next call skips that work.
-        self.lazy_runs: Any = None
-        self.history: list[Mapping[str, Any]] = []
-        self.born = 0
-        self.held_ids = 0
-        self.last_ts: int | None = None
-        self.events_seen = 0
-
-    @property
-    def runs(self) -> list[_StrictRun]:
-        """Live runs under strict contiguity, in start order."""
-        if self.lazy_runs is not None:
-            self._runs = self.lazy_runs.concrete()
-            self.lazy_runs = None
-        return self._runs
-
-    @runs.setter
-    def runs(self, runs: list[_StrictRun]) -> None:
-        self._runs = runs
-        self.lazy_runs = None
-
-    @property
-    def is_empty(self) -> bool:
-        """True when nothing is pending, so the caller may drop the stored state."""
-        return not (
-            self.partials or self.held or self.absences or self._runs or self.lazy_runs
-            or self.history
-        )
-
-    @property
-    def partial_count(self) -> int:
-        """Live partial matches (relaxed/any) or strict alternatives."""
-        return len(self.partials) + sum(len(r.entries) for r in self.runs)
-
-    @property
-    def next_timer_ms(self) -> int | None:
-        """The earliest event time the watermark must pass for this state to change, or None.
-
-        The watermark *passes* a deadline ``d`` when it exceeds it, so the returned value is
-        ``d + 1``; call :func:`advance_watermark` with a watermark of at least that.
-        """
-        deadlines: list[float] = [h.deadline for h in self.held if not h.superseded]
-        deadlines.extend(a.deadline for a in self.absences)
-        if self.within is not None:
-            # Expiring partial matches produce no output but let the caller drop the state.
-            deadlines.extend(p.start_ts + self.within for p in self.partials)
-            runs = self.lazy_runs.runs if self.lazy_runs is not None else self._runs
-            deadlines.extend(r.start_ts + self.within for r in runs)
-        finite = [d for d in deadlines if d != _INF]
-        return int(min(finite)) + 1 if finite else None
-
-    def to_bytes(self) -> bytes:
-        """A compact, versioned encoding (header + JSON body); events stored once."""
-        return _encode(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, rule: CompiledRule) -> RuleState:
-        """Decode :meth:`to_bytes` output for ``rule``.
-
-        Raises
-        ------
-        StateFormatError
-            When the bytes are corrupt, of an unknown format version, or of another rule.
-        """
-        return _decode(data, rule)
-
-
-def new_state(rule: CompiledRule, key: tuple | None = None) -> RuleState:
-    """A fresh state for one key of ``rule`` (``key`` is filled from the first event if None)."""
-    state = RuleState(rule.fingerprint, rule.within_ms)
-    state.key = tuple(key) if key is not None else None
-    return state
 
 
 # ---------------------------------------------------------------- evaluation helpers
@@ -355,58 +150,6 @@ def _pref(node: _Binding) -> tuple:
     return tuple((b.event.pos, b.place) for b in node.chain())
 
 
-def _emit_values(rule: CompiledRule, key: dict[str, Any], last: Any, ctx: Any) -> dict:
-    """A match's ``emit`` values: each expression over the last event's fields (the key's
-    fields filled in) and ``ctx``, the match's bound events."""
-    current = dict(last.fields)
-    for name, value in key.items():
-        current.setdefault(name, value)
-    values = {}
-    for name, fn in rule.emit:
-        try:
-            values[name] = fn(current, ctx)
-        except Exception as exc:
-            raise RuleRuntimeError(
-                f"rule {rule.name}: emit {name} failed on a match: {exc}"
-            ) from exc
-    return values
-
-
-def _build_match(
-    rule: CompiledRule, state: RuleState, node: _Binding, end_ms: int | None
-) -> Match:
-    chain = node.chain()
-    events: dict[str, list[Any]] = {}
-    names, places = rule.variables, rule.places
-    for b in chain:
-        events.setdefault(names[places[b.place]], []).append(b.event.id)
-    first, last = chain[0].event, chain[-1].event
-    key = _key_dict(rule, state, first)
-    values = (
-        dict(key) if rule.emit is None
-        else _emit_values(
-            rule, key, last, _Context(node, None, None, (), _var_index(rule), rule.places)
-        )
-    )
-    return Match(
-        rule=rule.name,
-        version=rule.version,
-        key=key,
-        events=events,
-        values=values,
-        start_ms=first.ts,
-        end_ms=last.ts if end_ms is None else end_ms,
-        severity=rule.severity,
-    )
-
-
-def _key_dict(rule: CompiledRule, state: RuleState, first: _Event) -> dict[str, Any]:
-    if state.key is not None and len(state.key) == len(rule.key_names):
-        return dict(zip(rule.key_names, state.key, strict=True))
-    names = rule.key_fields.get(first.stream, ())
-    return {n: first.fields.get(f) for n, f in zip(rule.key_names, names, strict=False)}
-
-
 # ---------------------------------------------------------------- skip strategy
 
 
@@ -427,36 +170,22 @@ class _Emitter:
         found.sort(key=lambda f: _pref(f[0]))
         # Parses that bind the same events to the same variables at different places are
         # one match when they are emitted together (docs/semantics.md, rule 7).
-        reported: set[tuple] | None = set() if self.rule.reuses_variables else None
+        rule, state = self.rule, self.state
+        reported: set[tuple] | None = set() if rule.reuses_variables else None
         for node, end in found:
-            chain = node.chain()
-            first = chain[0].event.pos
-            if first < self.state.resume:
+            word = [(b.place, b.event) for b in node.chain()]
+            first = word[0][1].pos
+            if first < state.resume:
                 continue
             if reported is not None:
-                places = self.rule.places
-                word = tuple((b.event.pos, places[b.place]) for b in chain)
-                if word in reported:
+                places = rule.places
+                bound = tuple((ev.pos, places[place]) for place, ev in word)
+                if bound in reported:
                     continue
-                reported.add(word)
-            self.out.append(_build_match(self.rule, self.state, node, end))
-            self.state.resume = self._resume_after(chain, first)
-        self._discard_before(self.state.resume)
-
-    def _resume_after(self, chain: list[_Binding], first: int) -> int:
-        kind = self.rule.skip
-        if kind == "past_last":
-            return chain[-1].event.pos + 1
-        if kind == "to_next":
-            return first + 1
-        if kind == "no_skip":
-            return self.state.resume
-        places = self.rule.places
-        positions = [b.event.pos for b in chain if places[b.place] == self.rule.skip_var]
-        if not positions:
-            return first + 1
-        target = positions[0] if kind == "to_first" else positions[-1]
-        return target if target > first else first + 1
+                reported.add(bound)
+            self.out.append(build_match(rule, state.key, word, end))
+            state.resume = _resume_after(rule, state.resume, word, first)
+        self._discard_before(state.resume)
 
     def _discard_before(self, resume: int) -> None:
         if resume <= 0:
@@ -472,6 +201,29 @@ def _start(node: _Binding) -> int:
     while node.parent is not None:
         node = node.parent
     return node.event.pos
+
+
+def _resume_after(
+    rule: CompiledRule, resume: int, word: Sequence[tuple[int, _Event]], first: int
+) -> int:
+    """The position matching resumes from after a match (the rule's ``after match skip``).
+
+    ``word`` is the match's ``(place, event)`` pairs, ``first`` its first event's position and
+    ``resume`` the position before the match.
+    """
+    kind = rule.skip
+    if kind == "past_last":
+        return word[-1][1].pos + 1
+    if kind == "to_next":
+        return first + 1
+    if kind == "no_skip":
+        return resume
+    places = rule.places
+    positions = [ev.pos for place, ev in word if places[place] == rule.skip_var]
+    if not positions:
+        return first + 1
+    target = positions[0] if kind == "to_first" else positions[-1]
+    return target if target > first else first + 1
 
 
 # ---------------------------------------------------------------- public entry points
@@ -495,6 +247,25 @@ def process_event(
     -------
     list[Match]
         Matches reported by this event, including those whose deadline it passed.
+
+    Examples
+    --------
+    >>> from cep.events.event import Event
+    >>> from cep.nfa.compiler import compile_rule
+    >>> from query_lang import parse
+    >>> program = parse('''
+    ... stream txn (card string, amount float, ts timestamp) time ts
+    ... rule probe from txn by card pattern small big within 1h
+    ...   define small as amount < 1, big as amount > 500
+    ... ''')
+    >>> rule = compile_rule(program.declarations[1])
+    >>> state = new_state(rule)
+    >>> rows = [(0.5, 0), (20.0, 60_000), (900.0, 120_000)]
+    >>> for i, (amount, ts) in enumerate(rows):
+    ...     event = Event(i, "txn", ts, i, {"card": "c1", "amount": amount, "ts": ts})
+    ...     for match in process_event(rule, state, event):
+    ...         print(match.key, match.events, match.start_ms, match.end_ms)
+    {'card': 'c1'} {'small': [0], 'big': [2]} 0 120000
     """
     ts = int(event.ts)
     if state.watermark is not None and ts < state.watermark:
@@ -893,189 +664,3 @@ def _latest_strict(state: RuleState) -> None:
                 kept.append(entry)
         run.entries = kept
     state.runs = [r for r in state.runs if r.entries or r.best is not None]
-
-
-# ---------------------------------------------------------------- serialisation
-
-
-def _encode(state: RuleState) -> bytes:
-    nodes: dict[int, int] = {}
-    node_rows: list[list[int]] = []
-    events: dict[int, list[Any]] = {}
-
-    def ref(node: _Binding | None) -> int:
-        if node is None:
-            return -1
-        found = nodes.get(id(node))
-        if found is not None:
-            return found
-        pending = []
-        cur: _Binding | None = node
-        while cur is not None and id(cur) not in nodes:
-            pending.append(cur)
-            cur = cur.parent
-        for n in reversed(pending):
-            parent = nodes[id(n.parent)] if n.parent is not None else -1
-            e = n.event
-            if e.pos not in events:
-                events[e.pos] = [e.pos, e.id, e.stream, e.ts, e.fields]
-            nodes[id(n)] = len(node_rows)
-            node_rows.append([parent, n.place, e.pos])
-        return nodes[id(node)]
-
-    body = {
-        "key": list(state.key) if state.key is not None else None,
-        "pos": state.pos,
-        "wm": _num_out(state.watermark),
-        "r": state.resume,
-        "drop": state.dropped_partials,
-        "born": state.born,
-        "hid": state.held_ids,
-        "last": state.last_ts,
-        "seen": state.events_seen,
-        "p": [
-            [ref(p.node), list(p.letters), sorted(p.blocked), list(p.supersedes),
-             int(p.after_reluctant), p.start_pos, p.start_ts, p.born]
-            for p in state.partials
-        ],
-        "h": [[h.id, ref(h.node), _num_out(h.deadline), int(h.superseded)] for h in state.held],
-        "a": [
-            [ref(a.node), [sorted(g) for g in a.guard_sets], sorted(a.blocked), a.deadline]
-            for a in state.absences
-        ],
-        "s": [
-            [r.start_pos, r.start_ts, ref(r.best), r.best_end, r.born,
-             [[e[0], ref(e[1]), sorted(e[2])] for e in r.entries]]
-            for r in state.runs
-        ],
-        "hist": list(state.history),
-    }
-    body["n"] = node_rows
-    body["e"] = [events[k] for k in sorted(events)]
-    payload = json.dumps(body, separators=(",", ":"), default=_json_default).encode("utf-8")
-    flags = 0
-    if len(payload) > _COMPRESS_OVER:
-        payload = zlib.compress(payload, 1)
-        flags |= _FLAG_ZLIB
-    header = _HEADER.pack(_MAGIC, _FORMAT_VERSION, flags, state.fingerprint, zlib.crc32(payload))
-    return header + payload
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    if hasattr(value, "tolist") and callable(value.tolist):
-        # numpy scalars and arrays from DataFrame batches: store the Python value.
-        return value.tolist()
-    raise StateFormatError(
-        f"cannot store a {type(value).__name__} field value in rule state; events must carry "
-        "JSON values (strings, numbers, booleans, null, lists)"
-    )
-
-
-def _num_out(value: float | None) -> Any:
-    if value is None:
-        return None
-    if value == _INF:
-        return "inf"
-    return value
-
-
-def _num_in(value: Any) -> float | None:
-    if value is None:
-        return None
-    if value == "inf":
-        return _INF
-    return value
-
-
-def _decode(data: bytes, rule: CompiledRule) -> RuleState:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise StateFormatError(f"rule state must be bytes, got {type(data).__name__}")
-    data = bytes(data)
-    if len(data) < _HEADER.size:
-        raise StateFormatError(
-            f"rule state for {rule.name} is truncated ({len(data)} bytes, header needs "
-            f"{_HEADER.size})"
-        )
-    magic, version, flags, fingerprint, crc = _HEADER.unpack_from(data)
-    if magic != _MAGIC:
-        raise StateFormatError(f"rule state for {rule.name} does not start with {_MAGIC!r}")
-    if version != _FORMAT_VERSION:
-        raise StateFormatError(
-            f"rule state for {rule.name} has format version {version}; this build reads "
-            f"version {_FORMAT_VERSION}"
-        )
-    payload = data[_HEADER.size:]
-    if zlib.crc32(payload) != crc:
-        raise StateFormatError(f"rule state for {rule.name} is corrupt (checksum mismatch)")
-    if fingerprint != rule.fingerprint:
-        raise StateFormatError(
-            f"rule state was written by a different compilation of rule {rule.name} (its "
-            "pattern, variables, version or window changed); start the key from a fresh state"
-        )
-    try:
-        if flags & _FLAG_ZLIB:
-            payload = zlib.decompress(payload)
-        body = json.loads(payload.decode("utf-8"))
-        return _rebuild(body, rule)
-    except StateFormatError:
-        raise
-    except (ValueError, KeyError, IndexError, TypeError, zlib.error) as exc:
-        raise StateFormatError(f"rule state for {rule.name} cannot be decoded: {exc}") from exc
-
-
-def _rebuild(body: dict, rule: CompiledRule) -> RuleState:
-    n_letters = len(rule.letters)
-    events = {row[0]: _Event(row[0], row[1], row[2], row[3], row[4]) for row in body["e"]}
-    nodes: list[_Binding] = []
-    for parent, place, pos in body["n"]:
-        if not 0 <= place < len(rule.places):
-            raise StateFormatError(
-                f"rule state for {rule.name} names pattern place #{place}, but the rule has "
-                f"{len(rule.places)}; was it written by another version of the rule?"
-            )
-        nodes.append(_Binding(nodes[parent] if parent >= 0 else None, place, events[pos]))
-
-    def node(i: int) -> _Binding | None:
-        return nodes[i] if i >= 0 else None
-
-    def letters(values: list[int]) -> tuple[int, ...]:
-        for v in values:
-            if not 0 <= v < n_letters:
-                raise StateFormatError(
-                    f"rule state for {rule.name} names pattern step {v}, but the rule has "
-                    f"{n_letters}; was it written by another version of the rule?"
-                )
-        return tuple(values)
-
-    state = RuleState(rule.fingerprint, rule.within_ms)
-    state.key = tuple(body["key"]) if body["key"] is not None else None
-    state.pos = body["pos"]
-    state.watermark = _num_in(body["wm"])
-    state.resume = body["r"]
-    state.dropped_partials = body["drop"]
-    state.born = body["born"]
-    state.held_ids = body["hid"]
-    state.last_ts = body["last"]
-    state.events_seen = body["seen"]
-    state.partials = [
-        _Partial(node(n), letters(lt), frozenset(b), tuple(s), bool(ar), sp, st, born)
-        for n, lt, b, s, ar, sp, st, born in body["p"]
-    ]
-    state.held = [_Held(i, node(n), _num_in(d), bool(s)) for i, n, d, s in body["h"]]
-    state.absences = [
-        _Absence(node(n), tuple(frozenset(g) for g in gs), frozenset(b), d)
-        for n, gs, b, d in body["a"]
-    ]
-    state.runs = [
-        _StrictRun(
-            sp, st,
-            [(letter if letter < 0 else letters([letter])[0], node(n), frozenset(g))
-             for letter, n, g in entries],
-            node(best), best_end, born,
-        )
-        for sp, st, best, best_end, born, entries in body["s"]
-    ]
-    state.history = list(body["hist"])
-    return state

@@ -26,19 +26,10 @@ import numpy as np
 import pandas as pd
 
 from cep.nfa.compiler import CompiledRule, prev_column
-from cep.nfa.match import Match
-from cep.nfa.runtime import (
-    _NO_GUARDS,
-    OutOfOrderEventError,
-    RuleState,
-    _Binding,
-    _emit_values,
-    _enforce_caps,
-    _Event,
-    _key_dict,
-    _strict_table,
-    _StrictRun,
-)
+from cep.nfa.errors import OutOfOrderEventError
+from cep.nfa.match import Match, build_match
+from cep.nfa.runtime import _NO_GUARDS, _enforce_caps, _resume_after, _strict_table
+from cep.nfa.state import RuleState, _Binding, _Event, _StrictRun
 
 __all__ = ["block_bits", "condition_bits", "process_events", "qualifies"]
 
@@ -600,8 +591,8 @@ def process_events(
             if run.start_pos < state.resume:
                 continue
             word = scan.word(run)
-            out.append(_match(rule, state, word, run.best_end))
-            state.resume = _resume(rule, state.resume, word, run.start_pos)
+            out.append(build_match(rule, state.key, word, run.best_end))
+            state.resume = _resume_after(rule, state.resume, word, run.start_pos)
         resume = state.resume
         if resume > 0 and runs and runs[0].start_pos < resume:
             runs = [r for r in runs if r.start_pos >= resume]
@@ -663,72 +654,6 @@ def process_events(
             state.runs = []
     _finish(scan, state, runs, n, born, last_ts)
     return out
-
-
-class _MatchContext:
-    """The ``MatchContext`` an ``emit`` expression sees: a match's bound events by variable."""
-
-    __slots__ = ("by_var",)
-
-    def __init__(self, by_var: dict[str, list[Mapping[str, Any]]]):
-        self.by_var = by_var
-
-    def bound(self, var: str) -> Sequence[Mapping[str, Any]]:
-        return self.by_var.get(var, ())
-
-    def prev(self, n: int = 1) -> None:
-        return None
-
-
-def _match(
-    rule: CompiledRule, state: RuleState, word: list[tuple[int, _Event]], end_ms: int
-) -> Match:
-    """``cep.nfa.runtime._build_match`` over a match's ``(place, event)`` pairs."""
-    names, places = rule.variables, rule.places
-    events: dict[str, list[Any]] = {}
-    by_var: dict[str, list[Mapping[str, Any]]] = {}
-    for place, ev in word:
-        name = names[places[place]]
-        ids = events.get(name)
-        if ids is None:
-            events[name] = [ev.id]
-            by_var[name] = [ev.fields]
-        else:
-            ids.append(ev.id)
-            by_var[name].append(ev.fields)
-    first, last = word[0][1], word[-1][1]
-    key = _key_dict(rule, state, first)
-    values = (
-        dict(key) if rule.emit is None
-        else _emit_values(rule, key, last, _MatchContext(by_var))
-    )
-    return Match(
-        rule=rule.name,
-        version=rule.version,
-        key=key,
-        events=events,
-        values=values,
-        start_ms=first.ts,
-        end_ms=end_ms,
-        severity=rule.severity,
-    )
-
-
-def _resume(rule: CompiledRule, resume: int, word: list[tuple[int, _Event]], first: int) -> int:
-    """The resume position after a match (``cep.nfa.runtime._Emitter._resume_after``)."""
-    kind = rule.skip
-    if kind == "past_last":
-        return word[-1][1].pos + 1
-    if kind == "to_next":
-        return first + 1
-    if kind == "no_skip":
-        return resume
-    places = rule.places
-    positions = [ev.pos for place, ev in word if places[place] == rule.skip_var]
-    if not positions:
-        return first + 1
-    target = positions[0] if kind == "to_first" else positions[-1]
-    return target if target > first else first + 1
 
 
 def _finish(

@@ -115,7 +115,7 @@ def _run(mode, rows, cuts, steps, max_partials=None):
             engine.unregister("twice")
         if hi > lo:
             engine.feed_batch(_frame(rows[lo:hi]), "ev")
-        held = held or bool(engine._columns)
+        held = held or bool(engine._route.columns)
         seen.append((engine.drain(), engine.stats, _key_bytes(engine)))
     engine.close()
     seen.append((engine.drain(), engine.stats, _key_bytes(engine)))
@@ -178,12 +178,12 @@ def test_the_route_is_taken_and_batches_do_not_change_the_result():
 def test_only_streams_of_scan_rules_are_held_as_columns():
     engine = Engine()
     engine.register(STREAM + SCAN_RULES)
-    assert set(engine._columnar) == {"ev"}
+    assert set(engine._route.streams) == {"ev"}
     engine.register(ROW_RULE)
-    assert engine._columnar == {}
+    assert engine._route.streams == {}
     engine.unregister("relaxed")
-    assert set(engine._columnar) == {"ev"}
-    assert Engine(fast_strict=False)._columnar == {}
+    assert set(engine._route.streams) == {"ev"}
+    assert Engine(fast_strict=False)._route.streams == {}
 
 
 @settings(max_examples=100, deadline=None)

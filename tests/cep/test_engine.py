@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cep.engine.engine import Engine, load_list
+from cep.engine import Engine, load_list, program
 from cep.events.event import Event, StateError, UnknownRuleError
 from cep.events.watermark import END_OF_INPUT
 from cep.nfa.match import Match
@@ -433,9 +433,7 @@ def test_lists_load_from_files_relative_to_the_rule_file(tmp_path) -> None:
 
 
 def test_large_lists_use_a_bloom_filter(tmp_path, monkeypatch) -> None:
-    import cep.engine.engine as engine_module
-
-    monkeypatch.setattr(engine_module, "BLOOM_THRESHOLD", 10)
+    monkeypatch.setattr(program, "BLOOM_THRESHOLD", 10)
     (tmp_path / "big.txt").write_text("\n".join(f"v{i}" for i in range(100)))
     container = load_list(ast.ListDecl("big", path=str(tmp_path / "big.txt")))
     assert not isinstance(container, frozenset)

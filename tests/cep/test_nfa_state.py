@@ -9,14 +9,9 @@ import pytest
 from reference_matcher import compile_text, is_type, make_events
 
 from cep.events.event import Event
-from cep.nfa.runtime import (
-    OutOfOrderEventError,
-    RuleState,
-    StateFormatError,
-    advance_watermark,
-    new_state,
-    process_event,
-)
+from cep.nfa.errors import OutOfOrderEventError, StateFormatError
+from cep.nfa.runtime import advance_watermark, process_event
+from cep.nfa.state import RuleState, new_state
 
 TYPES = {v: is_type(v) for v in "abc"}
 

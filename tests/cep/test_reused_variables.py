@@ -10,7 +10,9 @@ from test_differential import _reference, _runtime
 from test_strict_scan import _run_both
 
 from cep.nfa import strict
-from cep.nfa.runtime import RuleState, StateFormatError, new_state, process_event
+from cep.nfa.errors import StateFormatError
+from cep.nfa.runtime import process_event
+from cep.nfa.state import RuleState, new_state
 from query_lang import ast
 
 V = ast.PatVar

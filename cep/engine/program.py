@@ -1,0 +1,204 @@
+"""Loading a program: DSL text, a rule file (with its includes) or parsed modules checked into
+declarations against what is registered, and the containers of its ``list`` declarations."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Container, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cep.events.event import StreamSchema
+from query_lang import ast
+from query_lang.checks import check_declarations
+from query_lang.errors import ErrorList, IncludeError, VigilError, VigilNameError
+from query_lang.loader import check_program
+from sketches.bloom import BloomFilter
+
+__all__ = [
+    "BLOOM_FALSE_POSITIVE_RATE",
+    "BLOOM_THRESHOLD",
+    "add_declarations",
+    "load_declarations",
+    "load_list",
+]
+
+BLOOM_THRESHOLD = 100_000
+"""Lists with more values than this are held in a Bloom filter instead of a set."""
+
+BLOOM_FALSE_POSITIVE_RATE = 1e-6
+
+
+def load_list(decl: ast.ListDecl) -> Any:
+    """The membership container of a ``list`` declaration.
+
+    Values come inline or from a file (one value a line, blank lines ignored, path relative
+    to the declaring file). Lists larger than :data:`BLOOM_THRESHOLD` are held in a Bloom
+    filter (``sketches.BloomFilter``) to bound memory; smaller ones in a ``frozenset``.
+
+    Raises
+    ------
+    query_lang.errors.IncludeError
+        When the file cannot be read.
+    """
+    if decl.path is None:
+        return frozenset(decl.values)
+    path = Path(decl.path)
+    declared_in = decl.span.file
+    if not path.is_absolute() and declared_in and declared_in != "<string>":
+        path = Path(declared_in).parent / path
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = [line.strip() for line in handle]
+    except OSError as exc:
+        raise IncludeError(
+            f"cannot read list '{decl.name}' from {str(path)!r}: {exc.strerror or exc}", decl.span
+        ) from None
+    except UnicodeDecodeError:
+        raise IncludeError(
+            f"list '{decl.name}' file {str(path)!r} is not UTF-8 text", decl.span
+        ) from None
+    values = [v for v in values if v]
+    if len(values) <= BLOOM_THRESHOLD:
+        return frozenset(values)
+    return _bloom(values)
+
+
+def _bloom(values: list[str]) -> Any:
+    bloom = BloomFilter(capacity=len(values), error_rate=BLOOM_FALSE_POSITIVE_RATE)
+    bloom.update(np.asarray(values, dtype=object))
+    return bloom
+
+
+def load_declarations(
+    source: Any, known: Sequence[ast.Declaration] = ()
+) -> list[ast.Declaration]:
+    """Parse and check what :meth:`Engine.register` was given, against what is registered
+    (``known``), compiling nothing: for callers that need a program's declarations only.
+
+    Files are loaded with their includes. Semantic checks run over the earlier registrations
+    plus the new declarations, so a rule file may use streams registered before it; earlier
+    registrations passed these checks, so every error reported belongs to the new input.
+    """
+    if isinstance(source, ast.Module):
+        source = [source]
+    if isinstance(source, list | tuple) and all(isinstance(m, ast.Module) for m in source):
+        new = [d for m in source for d in m.declarations if not isinstance(d, ast.Include)]
+        new = _without_repeats(new, known)
+        errors = check_declarations([*known, *new])
+    else:
+        if isinstance(source, os.PathLike) or (
+            isinstance(source, str) and "\n" not in source and _looks_like_path(source)
+        ):
+            if not Path(source).is_file():
+                raise IncludeError(f"file not found: {source}", ast.Span(str(source)))
+            program, errors = check_program([str(source)])
+        elif isinstance(source, str):
+            program, errors = check_program(text=source)
+        else:
+            raise TypeError(
+                f"register() takes DSL text, a path or parsed Modules, not {type(source).__name__}"
+            )
+        new = _without_repeats(program.declarations, known)
+        if known and errors:
+            # Errors about names the earlier registrations declare are not errors here.
+            alone = {_error_key(e) for e in check_declarations(new, program.sources)}
+            loading = [e for e in errors if _error_key(e) not in alone]
+            errors = loading + check_declarations([*known, *new], program.sources)
+        for err in errors:
+            if err.source is None and err.span is not None:
+                err.source = program.sources.get(err.span.file)
+    if errors:
+        raise errors[0] if len(errors) == 1 else ErrorList(errors)
+    return new
+
+
+def _without_repeats(
+    new: Sequence[ast.Declaration], known: Sequence[ast.Declaration]
+) -> list[ast.Declaration]:
+    """Drop streams, lists and webhooks identical to registered ones (two rule files that
+    include the same ``common.vigil``); a different redefinition stays and is reported."""
+    shared = (ast.StreamDecl, ast.ListDecl, ast.WebhookDecl)
+    registered = {(type(d), d.name): d for d in known if isinstance(d, shared)}
+    return [
+        d for d in new if not (isinstance(d, shared) and registered.get((type(d), d.name)) == d)
+    ]
+
+
+def _error_key(error: VigilError) -> tuple:
+    return (type(error).__name__, error.message, error.span)
+
+
+def _looks_like_path(text: str) -> bool:
+    stripped = text.strip()
+    return bool(stripped) and (stripped.endswith(".vigil") or Path(stripped).is_file())
+
+
+def add_declarations(
+    new_decls: Sequence[ast.Declaration],
+    streams: Mapping[str, ast.StreamDecl],
+    lists: Mapping[str, Any],
+    registered: Container[str],
+) -> tuple[dict[str, ast.StreamDecl], dict[str, Any]]:
+    """The streams and lists once ``new_decls`` join the registered ones, checked against them.
+
+    ``registered`` holds the names of the rules, queries and metrics already registered. Lists
+    are loaded (:func:`load_list`).
+
+    Raises
+    ------
+    query_lang.errors.VigilError
+        When a stream is redefined differently, a list cannot be read, a name is taken, or a
+        rule reads a stream that is undeclared or has no event time.
+    """
+    streams = dict(streams)
+    lists = dict(lists)
+    errors: list[VigilError] = []
+    for decl in new_decls:
+        if isinstance(decl, ast.StreamDecl):
+            old = streams.get(decl.name)
+            if old is not None and old != decl:
+                errors.append(
+                    VigilNameError(
+                        f"stream '{decl.name}' is already registered with another definition",
+                        decl.span,
+                    )
+                )
+            streams[decl.name] = decl
+        elif isinstance(decl, ast.ListDecl):
+            try:
+                lists[decl.name] = load_list(decl)
+            except VigilError as exc:
+                errors.append(exc)
+    rules = [d for d in new_decls if isinstance(d, ast.RuleDecl)]
+    standing = [d for d in new_decls if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
+    seen: set[str] = set()
+    for decl in [*rules, *standing]:
+        if decl.name in registered or decl.name in seen:
+            errors.append(
+                VigilNameError(
+                    f"'{decl.name}' is already registered; unregister it first",
+                    decl.span,
+                )
+            )
+        seen.add(decl.name)
+        for stream in decl.streams:
+            if stream not in streams:
+                errors.append(
+                    VigilNameError(
+                        f"rule '{decl.name}' reads undeclared stream '{stream}'", decl.span
+                    )
+                )
+            elif StreamSchema.from_decl(streams[stream]).time_field is None:
+                errors.append(
+                    VigilNameError(
+                        f"rule '{decl.name}' reads stream '{stream}', which has no event "
+                        "time: declare `time FIELD`",
+                        streams[stream].span,
+                    )
+                )
+    if errors:
+        raise errors[0] if len(errors) == 1 else ErrorList(errors)
+    return streams, lists

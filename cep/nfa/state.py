@@ -1,0 +1,416 @@
+"""The per-(rule, key) state of the NFA runtime and its bytes.
+
+:class:`RuleState` holds a key's partial matches, held and pending matches and strict runs over
+a shared buffer of binding lists; :meth:`RuleState.to_bytes` stores it as a JSON body (each
+buffered event once) in a ``VGRS`` frame of :class:`sketches.codec.StateCodec`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cep.nfa.compiler import CompiledRule
+from cep.nfa.errors import StateFormatError
+from sketches.codec import StateCodec
+
+__all__ = ["RuleState", "new_state"]
+
+_CODEC = StateCodec(
+    b"VGRS",
+    1,
+    fields="8s",
+    byte_order=">",
+    checksum="crc32",
+    checksum_at="header",
+    compress_over=512,
+    name="rule state",
+    error=StateFormatError,
+)
+"""Magic, format version, flags (zlib), the rule's fingerprint and a CRC-32 of the stored body,
+then the JSON body (compressed when over 512 bytes)."""
+_INF = math.inf
+
+
+class _Event:
+    """An event as the runtime keeps it: its partition position plus the caller's values."""
+
+    __slots__ = ("pos", "id", "stream", "ts", "fields")
+
+    def __init__(self, pos: int, id: Any, stream: str, ts: int, fields: Mapping[str, Any]):
+        self.pos = pos
+        self.id = id
+        self.stream = stream
+        self.ts = ts
+        self.fields = fields
+
+
+class _Binding:
+    """One link of a persistent binding list: ``event`` taken at ``place`` after ``parent``.
+
+    ``place`` is a variable's place in the pattern (:attr:`CompiledRule.places` maps it to the
+    variable), so two parses that bind the same events to the same variable at different
+    places are different partial matches. Partial matches that share a prefix share its
+    links, and through them the buffered events (the role of Flink's SharedBuffer).
+    """
+
+    __slots__ = ("parent", "place", "event")
+
+    def __init__(self, parent: _Binding | None, place: int, event: _Event):
+        self.parent = parent
+        self.place = place
+        self.event = event
+
+    def chain(self) -> list[_Binding]:
+        out = []
+        node: _Binding | None = self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        out.reverse()
+        return out
+
+
+@dataclass(slots=True)
+class _Partial:
+    """A partial match under relaxed/any contiguity: a binding list and its NFA letters."""
+
+    node: _Binding
+    letters: tuple[int, ...]
+    blocked: frozenset[int]
+    supersedes: tuple[int, ...]
+    after_reluctant: bool
+    start_pos: int
+    start_ts: int
+    born: int
+
+
+@dataclass(slots=True)
+class _Held:
+    """A complete match held back because a trailing greedy quantifier may still extend it."""
+
+    id: int
+    node: _Binding
+    deadline: float
+    superseded: bool = False
+
+
+@dataclass(slots=True)
+class _Absence:
+    """A match that waits for its trailing ``!x`` window to close without an ``x``."""
+
+    node: _Binding
+    guard_sets: tuple[frozenset[int], ...]
+    blocked: frozenset[int]
+    deadline: int
+
+
+#: One live alternative of a strict run, in preference order: ``(letter, binding, guards)``.
+#: ``letter`` >= 0 waits to TAKE that letter next; -1 is a trailing absence waiting for its
+#: deadline with ``guards`` not yet violated. Plain tuples: strict runs create one per event.
+_StrictEntry = tuple
+
+
+@dataclass(slots=True)
+class _StrictRun:
+    """All alternatives started at one position under strict contiguity (a Pike-VM run)."""
+
+    start_pos: int
+    start_ts: int
+    entries: list[_StrictEntry]
+    best: _Binding | None = None
+    best_end: int = 0
+    born: int = 0
+
+
+class RuleState:
+    """The mutable per-(rule, key) state: partial matches, held and pending matches, timers.
+
+    Attributes
+    ----------
+    dropped_partials:
+        Partial matches dropped because the key hit ``max_partials`` (oldest first).
+
+    Examples
+    --------
+    >>> from cep.events.event import Event
+    >>> from cep.nfa.compiler import compile_rule
+    >>> from cep.nfa.runtime import advance_watermark, process_event
+    >>> from query_lang import parse
+    >>> program = parse('''
+    ... stream txn (card string, amount float, ts timestamp) time ts
+    ... rule probe from txn by card pattern small big within 1h
+    ...   define small as amount < 1, big as amount > 500
+    ... ''')
+    >>> rule = compile_rule(program.declarations[1])
+    >>> state = new_state(rule)
+    >>> process_event(rule, state, Event(0, "txn", 0, 0, {"card": "c1", "amount": 0.5}))
+    []
+    >>> state.partial_count, state.next_timer_ms
+    (1, 3600001)
+    >>> data = state.to_bytes()
+    >>> data[:4], RuleState.from_bytes(data, rule).to_bytes() == data
+    (b'VGRS', True)
+    >>> later = RuleState.from_bytes(data, rule)
+    >>> big = Event(1, "txn", 60_000, 1, {"card": "c1", "amount": 900.0})
+    >>> [m.events for m in process_event(rule, later, big)]
+    [{'small': [0], 'big': [1]}]
+    >>> advance_watermark(rule, later, float("inf")), later.is_empty
+    ([], True)
+    """
+
+    __slots__ = (
+        "key", "pos", "watermark", "resume", "dropped_partials", "partials", "held",
+        "absences", "_runs", "lazy_runs", "history", "born", "held_ids", "last_ts",
+        "events_seen", "fingerprint", "within",
+    )
+
+    def __init__(self, fingerprint: bytes = b"\0" * 8, within: int | None = None) -> None:
+        self.fingerprint = fingerprint
+        self.within = within
+        self.key: tuple | None = None
+        self.pos = 0
+        self.watermark: float | None = None
+        self.resume = 0
+        self.dropped_partials = 0
+        self.partials: list[_Partial] = []
+        self.held: list[_Held] = []
+        self.absences: list[_Absence] = []
+        self._runs: list[_StrictRun] = []
+        # Strict runs left by the column-wise scan (cep.nfa.strict) in its abstract form; they are
+        # built into ``runs`` on first access, so only the scan's next call skips that work.
+        self.lazy_runs: Any = None
+        self.history: list[Mapping[str, Any]] = []
+        self.born = 0
+        self.held_ids = 0
+        self.last_ts: int | None = None
+        self.events_seen = 0
+
+    @property
+    def runs(self) -> list[_StrictRun]:
+        """Live runs under strict contiguity, in start order."""
+        if self.lazy_runs is not None:
+            self._runs = self.lazy_runs.concrete()
+            self.lazy_runs = None
+        return self._runs
+
+    @runs.setter
+    def runs(self, runs: list[_StrictRun]) -> None:
+        self._runs = runs
+        self.lazy_runs = None
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing is pending, so the caller may drop the stored state."""
+        return not (
+            self.partials or self.held or self.absences or self._runs or self.lazy_runs
+            or self.history
+        )
+
+    @property
+    def partial_count(self) -> int:
+        """Live partial matches (relaxed/any) or strict alternatives."""
+        return len(self.partials) + sum(len(r.entries) for r in self.runs)
+
+    @property
+    def next_timer_ms(self) -> int | None:
+        """The earliest event time the watermark must pass for this state to change, or None.
+
+        The watermark *passes* a deadline ``d`` when it exceeds it, so the returned value is
+        ``d + 1``; call :func:`advance_watermark` with a watermark of at least that.
+        """
+        deadlines: list[float] = [h.deadline for h in self.held if not h.superseded]
+        deadlines.extend(a.deadline for a in self.absences)
+        if self.within is not None:
+            # Expiring partial matches produce no output but let the caller drop the state.
+            deadlines.extend(p.start_ts + self.within for p in self.partials)
+            runs = self.lazy_runs.runs if self.lazy_runs is not None else self._runs
+            deadlines.extend(r.start_ts + self.within for r in runs)
+        finite = [d for d in deadlines if d != _INF]
+        return int(min(finite)) + 1 if finite else None
+
+    def to_bytes(self) -> bytes:
+        """A compact, versioned encoding (header + JSON body); events stored once."""
+        return _encode(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, rule: CompiledRule) -> RuleState:
+        """Decode :meth:`to_bytes` output for ``rule``.
+
+        Raises
+        ------
+        StateFormatError
+            When the bytes are corrupt, of an unknown format version, or of another rule.
+        """
+        return _decode(data, rule)
+
+
+def new_state(rule: CompiledRule, key: tuple | None = None) -> RuleState:
+    """A fresh state for one key of ``rule`` (``key`` is filled from the first event if None)."""
+    state = RuleState(rule.fingerprint, rule.within_ms)
+    state.key = tuple(key) if key is not None else None
+    return state
+
+
+# ---------------------------------------------------------------- bytes
+
+
+def _encode(state: RuleState) -> bytes:
+    nodes: dict[int, int] = {}
+    node_rows: list[list[int]] = []
+    events: dict[int, list[Any]] = {}
+
+    def ref(node: _Binding | None) -> int:
+        if node is None:
+            return -1
+        found = nodes.get(id(node))
+        if found is not None:
+            return found
+        pending = []
+        cur: _Binding | None = node
+        while cur is not None and id(cur) not in nodes:
+            pending.append(cur)
+            cur = cur.parent
+        for n in reversed(pending):
+            parent = nodes[id(n.parent)] if n.parent is not None else -1
+            e = n.event
+            if e.pos not in events:
+                events[e.pos] = [e.pos, e.id, e.stream, e.ts, e.fields]
+            nodes[id(n)] = len(node_rows)
+            node_rows.append([parent, n.place, e.pos])
+        return nodes[id(node)]
+
+    body = {
+        "key": list(state.key) if state.key is not None else None,
+        "pos": state.pos,
+        "wm": _num_out(state.watermark),
+        "r": state.resume,
+        "drop": state.dropped_partials,
+        "born": state.born,
+        "hid": state.held_ids,
+        "last": state.last_ts,
+        "seen": state.events_seen,
+        "p": [
+            [ref(p.node), list(p.letters), sorted(p.blocked), list(p.supersedes),
+             int(p.after_reluctant), p.start_pos, p.start_ts, p.born]
+            for p in state.partials
+        ],
+        "h": [[h.id, ref(h.node), _num_out(h.deadline), int(h.superseded)] for h in state.held],
+        "a": [
+            [ref(a.node), [sorted(g) for g in a.guard_sets], sorted(a.blocked), a.deadline]
+            for a in state.absences
+        ],
+        "s": [
+            [r.start_pos, r.start_ts, ref(r.best), r.best_end, r.born,
+             [[e[0], ref(e[1]), sorted(e[2])] for e in r.entries]]
+            for r in state.runs
+        ],
+        "hist": list(state.history),
+    }
+    body["n"] = node_rows
+    body["e"] = [events[k] for k in sorted(events)]
+    payload = json.dumps(body, separators=(",", ":"), default=_json_default).encode("utf-8")
+    return _CODEC.encode(payload, state.fingerprint)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if hasattr(value, "tolist") and callable(value.tolist):
+        # numpy scalars and arrays from DataFrame batches: store the Python value.
+        return value.tolist()
+    raise StateFormatError(
+        f"cannot store a {type(value).__name__} field value in rule state; events must carry "
+        "JSON values (strings, numbers, booleans, null, lists)"
+    )
+
+
+def _num_out(value: float | None) -> Any:
+    if value is None:
+        return None
+    if value == _INF:
+        return "inf"
+    return value
+
+
+def _num_in(value: Any) -> float | None:
+    if value is None:
+        return None
+    if value == "inf":
+        return _INF
+    return value
+
+
+def _decode(data: bytes, rule: CompiledRule) -> RuleState:
+    (fingerprint,), payload = _CODEC.decode(data, context=f"rule {rule.name}")
+    if fingerprint != rule.fingerprint:
+        raise StateFormatError(
+            f"rule state was written by a different compilation of rule {rule.name} (its "
+            "pattern, variables, version or window changed); start the key from a fresh state"
+        )
+    try:
+        body = json.loads(payload.tobytes().decode("utf-8"))
+        return _rebuild(body, rule)
+    except StateFormatError:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise StateFormatError(f"rule state for {rule.name} cannot be decoded: {exc}") from exc
+
+
+def _rebuild(body: dict, rule: CompiledRule) -> RuleState:
+    n_letters = len(rule.letters)
+    events = {row[0]: _Event(row[0], row[1], row[2], row[3], row[4]) for row in body["e"]}
+    nodes: list[_Binding] = []
+    for parent, place, pos in body["n"]:
+        if not 0 <= place < len(rule.places):
+            raise StateFormatError(
+                f"rule state for {rule.name} names pattern place #{place}, but the rule has "
+                f"{len(rule.places)}; was it written by another version of the rule?"
+            )
+        nodes.append(_Binding(nodes[parent] if parent >= 0 else None, place, events[pos]))
+
+    def node(i: int) -> _Binding | None:
+        return nodes[i] if i >= 0 else None
+
+    def letters(values: list[int]) -> tuple[int, ...]:
+        for v in values:
+            if not 0 <= v < n_letters:
+                raise StateFormatError(
+                    f"rule state for {rule.name} names pattern step {v}, but the rule has "
+                    f"{n_letters}; was it written by another version of the rule?"
+                )
+        return tuple(values)
+
+    state = RuleState(rule.fingerprint, rule.within_ms)
+    state.key = tuple(body["key"]) if body["key"] is not None else None
+    state.pos = body["pos"]
+    state.watermark = _num_in(body["wm"])
+    state.resume = body["r"]
+    state.dropped_partials = body["drop"]
+    state.born = body["born"]
+    state.held_ids = body["hid"]
+    state.last_ts = body["last"]
+    state.events_seen = body["seen"]
+    state.partials = [
+        _Partial(node(n), letters(lt), frozenset(b), tuple(s), bool(ar), sp, st, born)
+        for n, lt, b, s, ar, sp, st, born in body["p"]
+    ]
+    state.held = [_Held(i, node(n), _num_in(d), bool(s)) for i, n, d, s in body["h"]]
+    state.absences = [
+        _Absence(node(n), tuple(frozenset(g) for g in gs), frozenset(b), d)
+        for n, gs, b, d in body["a"]
+    ]
+    state.runs = [
+        _StrictRun(
+            sp, st,
+            [(letter if letter < 0 else letters([letter])[0], node(n), frozenset(g))
+             for letter, n, g in entries],
+            node(best), best_end, born,
+        )
+        for sp, st, best, best_end, born, entries in body["s"]
+    ]
+    state.history = list(body["hist"])
+    return state
