@@ -8,19 +8,17 @@ deduplicate without parsing.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
+from cep.events.identity import canonical_json, content_id
 from query_lang import timestamps
 
 __all__ = [
     "DEAD_LETTER",
     "OUTPUT_COLUMNS",
-    "canonical_json",
     "dead_letter_record",
     "key_text",
     "match_record",
@@ -41,17 +39,6 @@ OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("end", "timestamp"),
 )
 """Column names and Spark SQL types of every output row, in order."""
-
-
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no insignificant whitespace: equal values give equal text.
-
-    Examples
-    --------
-    >>> canonical_json({"b": 1, "a": [1.5, None]})
-    '{"a":[1.5,null],"b":1}'
-    """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def key_text(key: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
@@ -105,8 +92,8 @@ def match_record(match: Mapping[str, Any]) -> dict[str, Any]:
 
     ``kind`` defaults to ``rule``; ``name`` falls back to ``rule``/``query``/``metric``;
     ``start``/``end`` are read from ``start``/``end`` (ISO-8601) or ``start_ms``/``end_ms``.
-    A match without a ``match_id`` gets one: sha256 of its canonical JSON, so it is still
-    deterministic.
+    A match without a ``match_id`` gets one from its content (:mod:`cep.events.identity`), so it
+    is still deterministic.
 
     Examples
     --------
@@ -122,7 +109,7 @@ def match_record(match: Mapping[str, Any]) -> dict[str, Any]:
         name = match.get(kind, match.get("rule"))
     match_id = match.get("match_id")
     if not match_id:
-        match_id = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+        match_id = content_id(dict(match))
     key = match.get("key")
     return {
         "kind": kind,
@@ -140,8 +127,8 @@ def dead_letter_record(
 ) -> dict[str, Any]:
     """The output row of one dead letter: ``kind`` ``dead_letter``, ``name`` its reason.
 
-    The ``match_id`` is sha256 of the letter's canonical JSON, so a replayed micro-batch
-    produces the same id and an idempotent sink overwrites instead of duplicating.
+    The ``match_id`` is the letter's content id (:mod:`cep.events.identity`), so a replayed
+    micro-batch produces the same id and an idempotent sink overwrites instead of duplicating.
 
     Examples
     --------
@@ -153,7 +140,7 @@ def dead_letter_record(
     return {
         "kind": DEAD_LETTER,
         "name": str(letter.get("reason", "unknown")),
-        "match_id": hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32],
+        "match_id": content_id(dict(letter)),
         "key": key_text(key),
         "payload": payload,
         "start_ms": time_ms,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cep.events.identity import content_id
 from cep.metrics.aggregates import (
     AGGREGATES,
     HLL_PRECISION,
@@ -272,7 +273,7 @@ def _build_aggregate(
 def metric_match_id(
     name: str, version: int, key: Mapping[str, Any], start_ms: int, end_ms: int, revision: int
 ) -> str:
-    """The deterministic id of one metric result: 32 hex chars of sha256 over its identity.
+    """The deterministic id of one metric result (the scheme: :mod:`cep.events.identity`).
 
     A correction has a higher ``revision`` and so a new id; a replay of the same input yields
     the same ids, so downstream deduplication works.
@@ -283,8 +284,4 @@ def metric_match_id(
     >>> len(a), a == metric_match_id("m", 1, {"k": "x"}, 0, 60_000, 1)
     (32, False)
     """
-    canonical = json.dumps(
-        ["metric", name, version, dict(key), start_ms, end_ms, revision],
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str,
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+    return content_id(["metric", name, version, dict(key), start_ms, end_ms, revision])

@@ -8,12 +8,11 @@ replays of the same input deduplicate downstream.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cep.events.identity import content_id
 from cep.nfa.compiler import CompiledRule
 from cep.nfa.errors import RuleRuntimeError
 from query_lang.timestamps import format_iso_ms
@@ -24,7 +23,7 @@ __all__ = ["Match", "build_match", "match_id_of"]
 def match_id_of(
     rule: str, version: int, key: dict[str, Any], events: dict[str, list[Any]]
 ) -> str:
-    """The deterministic id of a match: sha256 over a canonical JSON, truncated to 32 hex chars.
+    """The deterministic id of a match (the scheme: :mod:`cep.events.identity`).
 
     Examples
     --------
@@ -34,10 +33,7 @@ def match_id_of(
     >>> len(a), a == match_id_of("r", 2, {"k": 1}, {"a": [1], "b": [2, 3]})
     (32, False)
     """
-    canonical = json.dumps(
-        [rule, version, key, events], sort_keys=True, separators=(",", ":"), default=str
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+    return content_id([rule, version, key, events], ascii_only=True)
 
 
 @dataclass(frozen=True)
