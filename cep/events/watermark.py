@@ -117,6 +117,7 @@ class Watermark:
         """
         n = len(ts)
         if n == 0:
+            self.arrival_watermarks = np.zeros(0, dtype=np.int64)
             return np.zeros(0, dtype=bool)
         ts = np.asarray(ts, dtype=np.int64)
         big = np.iinfo(np.int64).max

@@ -913,3 +913,20 @@ def test_real_register_reports_errors_with_positions(tmp_path) -> None:
     assert f"{bad}:2:" in str(info.value)
     with pytest.raises(VigilError, match="file not found"):
         Engine().register(tmp_path / "missing.vigil")
+
+
+def test_a_batch_whose_every_row_is_bad_after_a_good_one_is_dead_lettered() -> None:
+    # Once crashed with "shape mismatch": the watermark kept the previous batch's arrival
+    # times when a batch had no valid row left to observe.
+    engine = Engine()
+    engine.register(
+        "stream t (card string, price float, ts timestamp) time ts\n"
+        "rule big from t by card pattern a b define a as price > 1, b as price > 2\n"
+    )
+    engine.feed_batch(pd.DataFrame({"stream": ["t", "t"], "card": ["c", "c"],
+                                    "price": [2.0, 3.0], "ts": [1_000, 2_000]}))
+    engine.feed_batch(pd.DataFrame({"stream": ["t"], "card": ["c"], "price": ["bad"],
+                                    "ts": [3_000]}))
+    engine.close()
+    assert [m["name"] for m in engine.drain()] == ["big"]
+    assert [d["reason"] for d in engine.dead_letters()] == ["wrong_type"]
