@@ -1,16 +1,24 @@
-"""Complex event processing: the NFA compiler and runtime, windowed metrics, the embedded
-engine, alert delivery and the ``vigil`` command line."""
+"""Complex event processing, one concept per sub-package: ``events`` (validation, event time,
+intake), ``nfa`` (rules as automata), ``metrics`` (windowed aggregates), ``alerts`` (webhook
+delivery), ``engine`` (the embedded engine) and ``cli`` (the ``vigil`` command); see
+``docs/architecture.md``. The names below are the public API."""
 
 from __future__ import annotations
 
-from cep.engine.engine import Engine, EngineStats
-from cep.events.event import BadEventError, EngineError, Event, StateError, UnknownRuleError
-from cep.events.keyed import KeyedProcessor, ProcessResult
-from cep.metrics.operator import MetricOperator, compile_metric
-from cep.nfa.compiler import CompiledRule, compile_rule
-from cep.nfa.match import Match
-from cep.nfa.processor import RuleProcessor
-from cep.nfa.runtime import RuleState, advance_watermark, new_state, process_event
+from cep.engine import Engine, EngineStats
+from cep.errors import BadEventError, EngineError, StateError, UnknownRuleError
+from cep.events import Event, KeyedProcessor, ProcessResult
+from cep.metrics import MetricOperator, compile_metric
+from cep.nfa import (
+    CompiledRule,
+    Match,
+    RuleProcessor,
+    RuleState,
+    advance_watermark,
+    compile_rule,
+    new_state,
+    process_event,
+)
 
 __all__ = [
     "Engine",

@@ -14,7 +14,7 @@ from .breaker import BreakerState, CircuitBreaker
 from .clock import Clock, ManualClock, SystemClock
 from .dispatcher import Dispatcher, DrainResult, ResponseHook
 from .endpoint import Endpoint
-from .envelope import MATCH_EVENT_TYPE, envelope_body, match_id_of
+from .envelope import MATCH_EVENT_TYPE, checked_match_id, envelope_body
 from .errors import (
     AlertConfigError,
     AlertError,
@@ -84,7 +84,7 @@ __all__ = [
     "envelope_body",
     "mask_secret",
     "mask_url",
-    "match_id_of",
+    "checked_match_id",
     "new_secret",
     "parse_retry_after",
     "replay",

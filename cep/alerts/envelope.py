@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import InvalidMatchError
 
-__all__ = ["MATCH_EVENT_TYPE", "envelope_body", "match_id_of"]
+__all__ = ["MATCH_EVENT_TYPE", "envelope_body", "checked_match_id"]
 
 MATCH_EVENT_TYPE = "vigil.match"
 # webhook-id travels in a header and in the signed string: printable ASCII without spaces.
@@ -18,7 +18,7 @@ _MSG_ID = re.compile(r"[!-~]{1,256}")
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 
 
-def match_id_of(match: Mapping[str, Any]) -> str:
+def checked_match_id(match: Mapping[str, Any]) -> str:
     """Return the match's deterministic ``match_id``, which becomes the ``webhook-id``.
 
     Raises
@@ -50,7 +50,7 @@ def envelope_body(
     >>> envelope_body({"match_id": "m1", "end": "2026-01-01T00:00:00Z"}, created_at=0.0)
     b'{"type":"vigil.match","timestamp":"2026-01-01T00:00:00Z","data":{"match_id":"m1","end":"2026-01-01T00:00:00Z"}}'
     """  # noqa: E501
-    match_id_of(match)
+    checked_match_id(match)
     if not _EVENT_TYPE.fullmatch(event_type):
         raise InvalidMatchError(f"event type {event_type!r:.60} must match {_EVENT_TYPE.pattern}")
     end = match.get("end")

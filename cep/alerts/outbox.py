@@ -20,7 +20,7 @@ from typing import Any
 
 from .clock import Clock, SystemClock
 from .endpoint import Endpoint
-from .envelope import MATCH_EVENT_TYPE, envelope_body, match_id_of
+from .envelope import MATCH_EVENT_TYPE, checked_match_id, envelope_body
 from .errors import AlertConfigError, OutboxError
 
 __all__ = [
@@ -302,7 +302,7 @@ class Outbox:
         InvalidMatchError
             If the match has no usable ``match_id`` or is not JSON-serialisable.
         """
-        msg_id = match_id_of(match)
+        msg_id = checked_match_id(match)
         for endpoint in endpoints:
             if not isinstance(endpoint, Endpoint):
                 raise AlertConfigError(f"expected Endpoint, got {type(endpoint).__name__}")

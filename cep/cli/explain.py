@@ -8,7 +8,7 @@ import json
 import sys
 
 from cep.cli.arguments import EXIT_ERRORS, EXIT_OK, UsageError, expand_rule_paths
-from cep.engine.engine import load_list
+from cep.engine.program import load_list
 from cep.engine.queries import query_schema
 from cep.events.event import BadEventError, StreamSchema
 from cep.nfa.compiler import compile_rule

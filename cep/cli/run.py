@@ -34,7 +34,7 @@ from cep.cli.arguments import (
     expand_rule_paths,
     positive_int,
 )
-from cep.engine.engine import Engine
+from cep.engine import Engine
 from cep.events.event import (
     STREAM_FIELD,
     BadEventError,

@@ -19,7 +19,13 @@ from cep.events.event import (
     stream_of,
     time_column_ms,
 )
-from cep.events.keyed import KeyedProcessor, ProcessResult, late_letter, validate_raw
+from cep.events.keyed import (
+    KeyedProcessor,
+    KeyedProcessorBase,
+    ProcessResult,
+    late_letter,
+    validate_raw,
+)
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, ReorderBuffer, Watermark, iso_ms
 
 __all__ = [
@@ -34,6 +40,7 @@ __all__ = [
     "Event",
     "EventReason",
     "KeyedProcessor",
+    "KeyedProcessorBase",
     "ProcessResult",
     "ReorderBuffer",
     "StreamSchema",

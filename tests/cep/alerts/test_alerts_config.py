@@ -16,10 +16,10 @@ from cep.alerts import (
     SignatureError,
     ThrottleStateError,
     TransportError,
+    checked_match_id,
     envelope_body,
     mask_secret,
     mask_url,
-    match_id_of,
 )
 
 
@@ -112,7 +112,7 @@ def test_envelope_is_type_timestamp_data() -> None:
 )
 def test_matches_without_a_usable_id_are_rejected(match: object) -> None:
     with pytest.raises(InvalidMatchError) as caught:
-        match_id_of(match)  # type: ignore[arg-type]
+        checked_match_id(match)  # type: ignore[arg-type]
     assert isinstance(caught.value, ValueError)
 
 
