@@ -4,7 +4,8 @@ explanation of a compiled automaton."""
 
 from __future__ import annotations
 
-from cep.nfa.compiler import CompiledRule, RuleCompileError, compile_rule
+from cep.nfa.compiler import CompiledRule, compile_rule
+from cep.nfa.errors import RuleCompileError
 from cep.nfa.explain import describe, to_dot
 from cep.nfa.match import Match
 from cep.nfa.processor import RuleProcessor

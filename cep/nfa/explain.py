@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cep.nfa.compiler import TAIL_GREEDY, TAIL_RELUCTANT, ClosureItem
+from cep.nfa.automaton import TAIL_GREEDY, TAIL_RELUCTANT, ClosureItem
 
 if TYPE_CHECKING:
     from cep.nfa.compiler import CompiledRule

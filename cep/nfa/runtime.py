@@ -11,7 +11,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cep.nfa.compiler import TAIL_GREEDY, TAIL_RELUCTANT, CompiledRule
+from cep.nfa.automaton import TAIL_GREEDY, TAIL_RELUCTANT
+from cep.nfa.compiler import CompiledRule
 from cep.nfa.errors import OutOfOrderEventError, RuleRuntimeError, StateFormatError
 from cep.nfa.match import Match, build_match
 from cep.nfa.state import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from reference_matcher import bound, compile_text, is_type, make_events, run_rule
 
-from cep.nfa.compiler import RuleCompileError
+from cep.nfa.errors import RuleCompileError
 
 TYPES = {v: is_type(v) for v in "ab"}
 
