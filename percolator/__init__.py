@@ -14,13 +14,13 @@ from __future__ import annotations
 from percolator.analysis import (
     DEFAULT_FIELD,
     FIELD_TYPES,
-    AnalyzedDocument,
     Schema,
     Token,
     analyze_text,
     normalize_term,
 )
 from percolator.columnar import ColumnarPostings
+from percolator.document import AnalyzedDocument
 from percolator.errors import (
     ConfigurationError,
     DuplicateQueryError,

@@ -20,7 +20,7 @@ from operator import itemgetter
 import ahocorasick
 import numpy as np
 
-from percolator.analysis import AnalyzedDocument
+from percolator.document import AnalyzedDocument
 from percolator.extract import Atom, term_filter
 from percolator.intervals import IntervalTable, value_hits
 from percolator.term_patterns import TERM_EDGE, TermPattern

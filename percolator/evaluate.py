@@ -14,12 +14,12 @@ from typing import Any
 
 from percolator.analysis import (
     DEFAULT_SCHEMA,
-    AnalyzedDocument,
     Schema,
     canonical_keyword,
     parse_number,
     parse_timestamp,
 )
+from percolator.document import AnalyzedDocument
 from percolator.errors import InvalidQueryError
 from percolator.match_tree import (
     AllMatch,

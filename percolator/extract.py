@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from percolator.analysis import DEFAULT_FIELD, KEYWORD, TEXT, AnalyzedDocument, Schema
+from percolator.analysis import DEFAULT_FIELD, KEYWORD, TEXT, Schema
+from percolator.document import AnalyzedDocument
 from percolator.errors import InvalidQueryError
 from percolator.evaluate import CompiledQuery
 from percolator.interning import INTERN_POOL

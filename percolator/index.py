@@ -14,7 +14,8 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from percolator.analysis import DEFAULT_SCHEMA, AnalyzedDocument, Schema
+from percolator.analysis import DEFAULT_SCHEMA, Schema
+from percolator.document import AnalyzedDocument
 from percolator.errors import (
     ConfigurationError,
     DuplicateQueryError,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from percolator.analysis import AnalyzedDocument
 from percolator.columnar import ColumnarPostings
+from percolator.document import AnalyzedDocument
 from percolator.errors import ConfigurationError
 from percolator.evaluate import CompiledQuery
 from percolator.extract import DEFAULT_SELECTIVITY, Atom, Requirement, Selectivity, extract

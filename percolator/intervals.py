@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from percolator.analysis import AnalyzedDocument
+from percolator.document import AnalyzedDocument
 
 __all__ = ["IntervalTable", "value_hits"]
 

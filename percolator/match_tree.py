@@ -8,14 +8,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from percolator.analysis import (
-    KEYWORD,
-    TEXT,
-    AnalyzedDocument,
-    analyze_text,
-    canonical_keyword,
-    parse_number,
-)
+from percolator.analysis import KEYWORD, TEXT, analyze_text, canonical_keyword, parse_number
+from percolator.document import AnalyzedDocument
 from percolator.interning import INTERN_POOL
 from percolator.term_patterns import TermPattern, escape_wildcard, glob_pattern, regex_pattern
 

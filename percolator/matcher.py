@@ -12,7 +12,8 @@ from typing import Any
 
 import xxhash
 
-from percolator.analysis import AnalyzedDocument, Schema
+from percolator.analysis import Schema
+from percolator.document import AnalyzedDocument
 from percolator.errors import InvalidDocumentError
 from percolator.evaluate import CompiledQuery, Highlights
 from percolator.index import IndexStats, QueryIndex, RegisteredQuery

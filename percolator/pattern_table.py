@@ -10,8 +10,8 @@ from typing import Any
 
 import ahocorasick
 
-from percolator.analysis import AnalyzedDocument
 from percolator.columnar import probe_automaton
+from percolator.document import AnalyzedDocument
 from percolator.extract import Atom, term_filter
 from percolator.term_patterns import TERM_EDGE, TermPattern, wildcard_segments
 

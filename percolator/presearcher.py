@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 
-from percolator.analysis import AnalyzedDocument
+from percolator.document import AnalyzedDocument
 from percolator.errors import ConfigurationError
 from percolator.evaluate import CompiledQuery
 from percolator.extract import TRUE, Requirement

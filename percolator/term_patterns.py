@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 import re2
 
-from percolator.analysis import TEXT, AnalyzedDocument, normalize_term
+from percolator.analysis import TEXT, normalize_term
+from percolator.document import AnalyzedDocument
 from percolator.errors import InvalidQueryError
 
 __all__ = [

@@ -18,8 +18,8 @@ from percolator import (
     normalize_term,
 )
 from percolator.analysis import (
-    _WORD,
-    _ascii_folded,
+    WORD,
+    ascii_folded,
     canonical_keyword,
     parse_number,
     parse_timestamp,
@@ -199,11 +199,11 @@ def test_phrases_in_list_values_do_not_cross_values():
 def test_ascii_fast_path_equals_the_regex_tokenizer(text):
     # The byte-table fold must split into exactly the words the Unicode regex finds, at the
     # same offsets, for every ASCII character.
-    folded = _ascii_folded(text)
-    assert folded.split() == _WORD.findall(text.lower()) == analyze_text(text)
+    folded = ascii_folded(text)
+    assert folded.split() == WORD.findall(text.lower()) == analyze_text(text)
     assert len(folded) == len(text)
     assert [m.span() for m in re.finditer(r"\S+", folded)] == [
-        m.span() for m in _WORD.finditer(text.lower())
+        m.span() for m in WORD.finditer(text.lower())
     ]
     doc = AnalyzedDocument({"title": text, "tags": [text, "x"]}, Schema.of(
         {"title": "text", "tags": "text"}))

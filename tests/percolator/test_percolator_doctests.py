@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "percolator.analysis",
+    "percolator.document",
     "percolator.columnar",
     "percolator.evaluate",
     "percolator.extract",
