@@ -6,6 +6,7 @@ from __future__ import annotations
 from spark_udf.aggregates import approx_distinct, approx_percentile, sketch_agg
 from spark_udf.batch import EventLayout
 from spark_udf.bucket_state import BucketState
+from spark_udf.detectors import BucketedDetector, PerKeyDetector
 from spark_udf.errors import (
     BucketStateError,
     OperatorConfigError,
@@ -14,15 +15,7 @@ from spark_udf.errors import (
     SourceError,
     SparkOperatorError,
 )
-from spark_udf.operator import (
-    LAYOUTS,
-    OUTPUT_SCHEMA,
-    BucketedDetector,
-    PerKeyDetector,
-    detect,
-    parse_lateness,
-    reference_outputs,
-)
+from spark_udf.operator import LAYOUTS, OUTPUT_SCHEMA, detect, parse_lateness, reference_outputs
 from spark_udf.queries import query_outputs
 from spark_udf.records import DEAD_LETTER, OUTPUT_COLUMNS
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs

@@ -125,6 +125,20 @@ def sketch_agg(
     ------
     OperatorConfigError
         For a malformed spec, or a column that ``df`` does not have.
+
+    Examples
+    --------
+    With ``spark`` a SparkSession:
+
+    >>> df = spark.createDataFrame(
+    ...     [("m1", "c1", 10.0), ("m1", "c2", 20.0), ("m1", "c1", 30.0), ("m2", "c3", 5.0)],
+    ...     "merchant string, card_id string, amount double",
+    ... )
+    >>> out = sketch_agg(df, ["merchant"], {
+    ...     "cards": ("hll", "card_id"), "median": ("tdigest", "amount", 0.5),
+    ... })
+    >>> sorted(tuple(row) for row in out.collect())
+    [('m1', 2, 20.0), ('m2', 1, 5.0)]
     """
     group_cols = list(group_cols)
     parsed = {name: SketchSpec.parse(name, spec) for name, spec in specs.items()}
@@ -242,7 +256,14 @@ def approx_distinct(
 ) -> DataFrame:
     """Approximate number of distinct non-null values of ``column`` per group (HyperLogLog++,
     ``p = 14``, as the embedded ``approx_distinct``); with ``keep_sketch``, also the merged
-    sketch's bytes in ``<name>_sketch``."""
+    sketch's bytes in ``<name>_sketch``.
+
+    Examples
+    --------
+    >>> df = spark.createDataFrame([("c1",), ("c2",), ("c1",), (None,)], "card_id string")
+    >>> approx_distinct(df, [], "card_id", name="cards").collect()[0].cards
+    2
+    """
     return sketch_agg(df, group_cols, {name: ("hll", column)}, keep_sketches=keep_sketch)
 
 
@@ -257,5 +278,12 @@ def approx_percentile(
 ) -> DataFrame:
     """Approximate ``q``-quantile of the finite numbers of ``column`` per group (t-digest,
     compression 100, as the embedded ``approx_percentile``); with ``keep_sketch``, also the
-    merged digest's bytes in ``<name>_sketch``."""
+    merged digest's bytes in ``<name>_sketch``.
+
+    Examples
+    --------
+    >>> df = spark.createDataFrame([(float(n),) for n in range(1, 100)], "amount double")
+    >>> approx_percentile(df, [], "amount", 0.5, name="median").collect()[0].median
+    50.0
+    """
     return sketch_agg(df, group_cols, {name: ("tdigest", column, q)}, keep_sketches=keep_sketch)

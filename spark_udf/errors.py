@@ -30,7 +30,8 @@ class SourceError(SparkOperatorError, OSError):
 
 
 class RespError(SparkOperatorError, ConnectionError):
-    """The Redis server answered with an error or spoke something that is not RESP."""
+    """A Redis command of the Redis Streams source failed: the server is unreachable, refused
+    the credentials or answered with an error (redis-py's error is the ``__cause__``)."""
 
 
 class SinkError(SparkOperatorError, OSError):

@@ -17,8 +17,15 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cep.engine.engine import load_declarations
-from cep.events.event import STREAM_FIELD, BadEventError, dead_letter, parse_json_line, stream_of
+from cep.engine import StandingQueries, load_declarations
+from cep.events.event import (
+    STREAM_FIELD,
+    BadEventError,
+    StreamSchema,
+    dead_letter,
+    parse_json_line,
+    stream_of,
+)
 from query_lang import ast
 from query_lang.printer import print_declaration
 from spark_udf.batch import END_MARK_STREAM, SEQ_COLUMN
@@ -49,9 +56,6 @@ partition it serves reuses it; changed queries have another fingerprint and get 
 def _index(
     fingerprint: str, decls: Sequence[ast.QueryDecl], streams: dict[str, ast.StreamDecl]
 ) -> tuple[Any, dict[str, Any]]:
-    from cep.engine.queries import StandingQueries
-    from cep.events.event import StreamSchema
-
     found = _INDEXES.get(fingerprint)
     if found is None:
         # One program per worker at a time: drop the previous index (unfrozen, so that the
@@ -73,7 +77,17 @@ def _index(
 
 
 def query_names(program: Any) -> list[str]:
-    """Names of the ``query`` blocks of a program (rule file path, DSL text or modules)."""
+    """Names of the ``query`` blocks of a program (rule file path, DSL text or modules).
+
+    Examples
+    --------
+    >>> query_names('''
+    ... stream news (id string, title text, ts timestamp) time ts
+    ... query acme from news match title:acme
+    ... query globex from news match title:globex
+    ... ''')
+    ['acme', 'globex']
+    """
     return [d.name for d in _queries(program)[0]]
 
 
@@ -97,6 +111,22 @@ def query_outputs(
     Returns ``None`` when the program has no query and the input is bound (``stream``) to a
     stream the keyed operator checks: nothing can be left to report. Without queries, only the
     rows naming no stream or another stream than those are read (filtered in the JVM).
+
+    Examples
+    --------
+    With ``spark`` a SparkSession, a query over two rows, one of which does not fit its
+    stream:
+
+    >>> events = spark.createDataFrame([
+    ...     (0, '{"stream": "news", "id": "n1", "title": "ACME merger", "ts": 1767225600}'),
+    ...     (1, '{"stream": "news", "id": "n2", "title": 7, "ts": "yesterday"}'),
+    ... ], "_seq long, _event string")
+    >>> out = query_outputs(events, '''
+    ... stream news (id string, title text, ts timestamp) time ts
+    ... query acme from news match title:acme
+    ... ''')
+    >>> sorted((row.kind, row.name, row.key) for row in out.collect())
+    [('dead_letter', 'wrong_type', None), ('query', 'acme', '{"document_id": "n1"}')]
     """
     decls, streams = _queries(program)
     checked = frozenset(operator_streams)

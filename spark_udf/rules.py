@@ -10,15 +10,18 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from cep.engine.engine import Engine, load_list
+from cep.engine import StandingQueries, load_declarations
+from cep.engine.program import add_declarations
 from cep.events.event import StreamSchema
 from cep.metrics.operator import compile_metric
 from cep.metrics.processor import MetricProcessor
+from cep.nfa.compiler import compile_rule
 from cep.nfa.processor import RuleProcessor, key_signature
 from percolator.evaluate import field_predicate
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
-from spark_udf.operator import detect, detect_plan, json_route, routed_layout
+from spark_udf.input_plan import json_route, routed_layout
+from spark_udf.operator import detect, detect_plan
 from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan, check_buckets
 
 __all__ = ["ProcessorSpec", "detect_specs", "processor_specs", "route_specs"]
@@ -75,38 +78,54 @@ def processor_specs(
         When the program does not parse or check.
     OperatorConfigError
         When the program declares nothing to run (a program of queries only gives no spec).
+
+    Examples
+    --------
+    >>> specs, unkeyed = processor_specs('''
+    ... stream txn (card_id string, amount float, ts timestamp) time ts
+    ... rule big from txn by card_id pattern b define b as amount > 100
+    ... rule bigger from txn by card_id pattern b define b as amount > 1000
+    ... query acme from txn match card_id:acme
+    ... ''')
+    >>> [(spec.rules, spec.key_cols, spec.time_cols) for spec in specs]
+    [(('big', 'bigger'), {'txn': ('card_id',)}, {'txn': 'ts'})]
+    >>> unkeyed
+    ['acme']
     """
-    engine = Engine(lateness_ms=lateness_ms)
-    engine.register(program)
-    metrics = [d for d in engine.declarations if isinstance(d, ast.MetricDecl)]
-    if not engine.rules and not engine.standing:
+    # Loaded, checked and compiled as Engine.register does, in the same order, so a program
+    # fails here with the embedded engine's errors; no Engine is built around it.
+    declarations = load_declarations(program)
+    streams, lists = add_declarations(declarations, {}, {}, ())
+    rule_decls = [d for d in declarations if isinstance(d, ast.RuleDecl)]
+    standing = [d for d in declarations if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
+    rules = [
+        compile_rule(decl, lists=dict(lists), search=field_predicate, streams=streams)
+        for decl in rule_decls
+    ]
+    StandingQueries(lateness_ms).compile(standing, streams, lists)  # queries must compile too
+    metrics = [d for d in standing if isinstance(d, ast.MetricDecl)]
+    if not rules and not standing:
         raise OperatorConfigError(
             "the program declares no rule, query or metric for the Spark operator to run"
         )
     schemas = {name: StreamSchema.from_decl(d, lateness_ms=lateness_ms)
-               for name, d in engine.streams.items()}
+               for name, d in streams.items()}
     by_signature: dict[tuple, list[Any]] = {}
-    for name in engine.rules:
-        rule = engine.rule(name)
+    for rule in rules:
         by_signature.setdefault(key_signature(rule), []).append(rule)
     processors: list[tuple[Any, tuple[str, ...]]] = [
-        (RuleProcessor(rules, engine.streams, lateness_ms=lateness_ms),
-         tuple(r.name for r in rules))
-        for rules in by_signature.values()
+        (RuleProcessor(group, streams, lateness_ms=lateness_ms), tuple(r.name for r in group))
+        for group in by_signature.values()
     ]
-    if metrics:
-        lists = {d.name: load_list(d) for d in engine.declarations
-                 if isinstance(d, ast.ListDecl)}
-        for decl in metrics:
-            metric = compile_metric(decl, streams=engine.streams, lists=lists,
-                                    search=field_predicate, lateness_ms=lateness_ms)
-            processors.append(
-                (MetricProcessor(metric, engine.streams, lateness_ms=lateness_ms), (decl.name,))
-            )
+    for decl in metrics:
+        metric = compile_metric(decl, streams=streams, lists=lists,
+                                search=field_predicate, lateness_ms=lateness_ms)
+        processors.append(
+            (MetricProcessor(metric, streams, lateness_ms=lateness_ms), (decl.name,))
+        )
     specs = [_spec(processor, names, schemas) for processor, names in processors]
     # Queries are not keyed: spark_udf.queries runs them per partition.
-    metric_names = {d.name for d in metrics}
-    return specs, sorted(n for n in engine.standing if n not in metric_names)
+    return specs, sorted(d.name for d in standing if isinstance(d, ast.QueryDecl))
 
 
 def _spec(
@@ -166,7 +185,22 @@ def detect_specs(
 ) -> DataFrame:
     """:func:`spark_udf.detect` for every spec over the same events, outputs unioned. A
     streaming frame of JSON text runs every spec in one stateful operator (one read of the
-    input, one shuffle; see :func:`route_specs`)."""
+    input, one shuffle; see :func:`route_specs`).
+
+    Examples
+    --------
+    Each rule's key and time fields come from its spec (``spark`` is a SparkSession):
+
+    >>> specs, _ = processor_specs('''
+    ... stream txn (card_id string, amount float, ts timestamp) time ts
+    ... rule big from txn by card_id pattern b define b as amount > 100
+    ... ''')
+    >>> events = spark.createDataFrame([
+    ...     ('{"card_id": "c1", "amount": 500, "ts": "2026-01-01T00:00:00Z"}',),
+    ... ], "_event string")
+    >>> [(row.name, row.key) for row in detect_specs(events, specs).collect()]
+    [('big', '{"card_id":"c1"}')]
+    """
     if not specs:
         raise OperatorConfigError("no processor to run")
     if df.isStreaming and layout == "bucketed":

@@ -16,6 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pyspark import cloudpickle
+
+from query_lang import load_program
 from spark_udf.errors import OperatorConfigError, SparkOperatorError
 from spark_udf.operator import detect_plan
 from spark_udf.queries import query_names, query_outputs
@@ -163,6 +166,27 @@ def run_spark(
     Returns
     -------
     RunSummary
+
+    Examples
+    --------
+    With ``spark`` a SparkSession:
+
+    >>> import os, shutil, tempfile
+    >>> from spark_udf.sinks import read_outputs
+    >>> work = tempfile.mkdtemp()
+    >>> events = os.path.join(work, "events.jsonl")
+    >>> with open(events, "w") as handle:
+    ...     _ = handle.write('{"card_id": "c1", "amount": 500, "ts": "2026-01-01T00:00:00Z"}\\n')
+    ...     _ = handle.write('{"card_id": "c2", "amount": 5, "ts": "2026-01-01T00:00:01Z"}\\n')
+    >>> summary = run_spark('''
+    ... stream txn (card_id string, amount float, ts timestamp) time ts
+    ... rule big from txn by card_id pattern b define b as amount > 100
+    ... ''', events, out=os.path.join(work, "out"), spark=spark)
+    >>> summary.input_rows, summary.matches, summary.dead_letters
+    (2, 1, 0)
+    >>> [(m["name"], m["key"]) for m in read_outputs(os.path.join(work, "out"))]
+    [('big', {'card_id': 'c1'})]
+    >>> shutil.rmtree(work)
     """
     if not os.path.exists(events_path):
         raise OperatorConfigError(f"events path {events_path!r} does not exist")
@@ -295,8 +319,6 @@ def _load_spec(target: str) -> ProcessorSpec:
     if not attr:
         raise OperatorConfigError(f"--processor takes module:callable, got {target!r}")
     module = importlib.import_module(module_name)
-    from pyspark import cloudpickle
-
     # The module may live outside the installed packages (a test, a notebook): ship it by value.
     cloudpickle.register_pickle_by_value(module)
     spec = getattr(module, attr)()
@@ -327,8 +349,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif len(args.program) == 1:
         program = args.program[0]
     else:
-        from query_lang import load_program
-
         program = load_program(args.program).modules
     summary = run_spark(
         program, args.events, out=args.out, dead_letter=args.dead_letter, master=args.master,

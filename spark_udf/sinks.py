@@ -101,6 +101,31 @@ class BatchSink:
         Called as ``on_matches(batch_id, matches)`` after the batch's files are written, with
         the match objects (parsed payloads). A replayed batch calls it again with the same
         matches: deliver idempotently by ``match_id``.
+
+    Examples
+    --------
+    A batch of output rows (what :func:`spark_udf.detect` gives; Spark calls the sink with
+    the batch's DataFrame), written twice as a replay would:
+
+    >>> import os, shutil, tempfile
+    >>> import pandas as pd
+    >>> out = tempfile.mkdtemp()
+    >>> rows = pd.DataFrame({
+    ...     "kind": ["rule", "dead_letter"], "name": ["big", "bad_json"],
+    ...     "match_id": ["m1", "d1"], "key": ['{"card_id":"c1"}', None],
+    ...     "payload": ['{"name": "big", "match_id": "m1"}', '{"reason": "bad_json"}'],
+    ...     "start": [None, None], "end": [None, None],
+    ... })
+    >>> sink = BatchSink(out, on_matches=lambda batch_id, matches: print(batch_id, matches))
+    >>> sink.write_batch(rows, 7)
+    7 [{'name': 'big', 'match_id': 'm1'}]
+    >>> sink.write_batch(rows, 7)
+    7 [{'name': 'big', 'match_id': 'm1'}]
+    >>> os.listdir(out), sink.counters.matches, sink.counters.dead_letters
+    (['part-000000000007.jsonl'], 2, 2)
+    >>> read_outputs(out)
+    [{'name': 'big', 'match_id': 'm1'}]
+    >>> shutil.rmtree(out)
     """
 
     out: str

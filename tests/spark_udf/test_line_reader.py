@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_udf import sources
-from spark_udf.sources import JsonLinesIndex, read_slice
+from spark_udf.sources import jsonl
+from spark_udf.sources.jsonl import JsonLinesIndex, read_slice
+from spark_udf.sources.rows import ARROW_SCHEMA
 
 # Pieces that keep a line on the fast path, and pieces that force the line-by-line one.
 PIECES = st.sampled_from([
@@ -34,7 +35,7 @@ def read_rows(path: str, first: int, last: int, per_partition: int) -> list[tupl
     rows = []
     for part in index.slices(first, last, per_partition):
         for batch in read_slice(part):
-            assert batch.schema == sources._ARROW_SCHEMA
+            assert batch.schema == ARROW_SCHEMA
             rows.extend(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
                             strict=True))
     return rows
@@ -55,8 +56,8 @@ def test_rows_are_the_stripped_non_blank_lines_at_their_numbers(
     path.write_bytes(b"".join(line + b"\n" for line in lines))
     first, last = sorted(b % (len(lines) + 1) for b in bounds)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sources, "_READ_BYTES", read_bytes)
-        patch.setattr(sources, "_BATCH_LINES", batch_lines)
+        patch.setattr(jsonl, "_READ_BYTES", read_bytes)
+        patch.setattr(jsonl, "_BATCH_LINES", batch_lines)
         got = read_rows(str(path), first, last, per_partition)
     assert got == expected_rows(lines, first, last)
 

@@ -26,8 +26,10 @@ from spark_udf.batch import (
     process_bucket,
 )
 from spark_udf.bucket_state import BucketState
+from spark_udf.detectors import _unpacked
 from spark_udf.errors import OperatorConfigError
-from spark_udf.operator import _unpacked, json_route, reference_outputs
+from spark_udf.input_plan import json_route
+from spark_udf.operator import reference_outputs
 from spark_udf.packing import unpack_tables
 from spark_udf.relevance import needed_rows
 from spark_udf.routing import (
@@ -279,9 +281,9 @@ def test_a_source_with_a_route_plan_hands_over_routed_rows(tmp_path):
     path.write_text("\n".join(_texts(3, 40, 0.05, numeric_keys=False)) + "\n")
     plan = route_specs(SOURCE_TYPES, [spec, other], json_col="_event", buckets=4)
     assert plan is not None and plan.lateness_ms == 2_000 and len(plan.entries) == 2
-    from spark_udf.sources import _route_option
+    from spark_udf.sources.jsonl import route_option
 
-    source = JsonLinesSource({"path": str(path), "route": _route_option(plan),
+    source = JsonLinesSource({"path": str(path), "route": route_option(plan),
                               "endOfInput": "true"})
     assert source.schema().startswith(BUCKET_COLUMN)
     reader = source.streamReader(None)

@@ -1,22 +1,19 @@
-"""The pure-Python streaming sources: JSON lines (offsets = line numbers) and Redis Streams
-(XREAD over RESP), including restarts that continue where the last run stopped."""
+"""The pure-Python streaming sources in Spark: JSON lines (offsets = line numbers) and Redis
+Streams (offsets = entry ids), including restarts that continue where the last run stopped."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import subprocess
 import threading
 import time
 
 import pytest
+import redis
 from spark_pairs import PairProcessor
 from spark_support import BASE_MS
 
 from spark_udf import detect
-from spark_udf.errors import RespError
-from spark_udf.resp import RedisConnection
 from spark_udf.sources import EVENT_COLUMN, read_jsonl, read_rate_demo, read_redis, read_socket
 
 pytestmark = pytest.mark.slow
@@ -65,55 +62,11 @@ def test_jsonl_source_numbers_lines_and_resumes_after_appends(spark, tmp_path):
     assert rows == [(10, '{"n": 10}'), (11, '{"n": 11}')]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture
-def redis_port(tmp_path):
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            with RedisConnection("127.0.0.1", port, timeout=1) as redis:
-                assert redis.command("PING") == "PONG"
-            break
-        except RespError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
-    yield port
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
-def test_resp_client_reports_server_errors(redis_port):
-    with RedisConnection("127.0.0.1", redis_port) as redis:
-        assert redis.command("SET", "k", "v") == "OK"
-        assert redis.command("GET", "k") == b"v"
-        assert redis.command("GET", "missing") is None
-        with pytest.raises(RespError, match="WRONGTYPE|ERR"):
-            redis.command("XADD", "k", "*", "f", "v")
-    with pytest.raises(RespError, match="cannot connect"):
-        RedisConnection("127.0.0.1", _free_port(), timeout=1)
-
-
 def test_redis_stream_source_reads_in_order_and_resumes(spark, tmp_path, redis_port):
-    with RedisConnection("127.0.0.1", redis_port) as redis:
+    with redis.Redis(port=redis_port) as client:
         for i in range(7):
-            redis.command("XADD", "events", "*", "event", json.dumps({"n": i}))
-        redis.command("XADD", "events", "*", "card_id", "c9", "amount", "3")
+            client.xadd("events", {"event": json.dumps({"n": i})})
+        client.xadd("events", {"card_id": "c9", "amount": "3"})
     frame = read_redis(spark, "events", port=redis_port, max_records_per_batch=3)
     rows, sizes = _drain(frame, tmp_path / "ck")
     assert [seq for seq, _ in rows] == list(range(8))
@@ -121,10 +74,23 @@ def test_redis_stream_source_reads_in_order_and_resumes(spark, tmp_path, redis_p
     assert json.loads(rows[7][1]) == {"amount": "3", "card_id": "c9"}
     assert sizes == [3, 3, 2]
 
-    with RedisConnection("127.0.0.1", redis_port) as redis:
-        redis.command("XADD", "events", "*", "event", json.dumps({"n": 8}))
+    with redis.Redis(port=redis_port) as client:
+        client.xadd("events", {"event": json.dumps({"n": 8})})
     rows, _ = _drain(read_redis(spark, "events", port=redis_port), tmp_path / "ck")
     assert rows == [(8, '{"n": 8}')]
+
+
+def test_redis_stream_source_reads_from_a_url_with_tls_password_and_database(
+    spark, tmp_path, redis_tls_url
+):
+    with redis.Redis.from_url(redis_tls_url) as client:
+        for i in range(5):
+            client.xadd("events", {"event": json.dumps({"n": i})})
+    rows, sizes = _drain(
+        read_redis(spark, "events", url=redis_tls_url, max_records_per_batch=2), tmp_path / "ck"
+    )
+    assert rows == [(i, json.dumps({"n": i})) for i in range(5)]
+    assert sizes == [2, 2, 1]
 
 
 def _wait_for_rows(spark, query, table, predicate, timeout=90):

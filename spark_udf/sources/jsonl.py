@@ -1,12 +1,6 @@
-"""Streaming inputs that need no Maven package: pure-Python sources (Spark's Python Data Source
-API) for JSON-lines files and Redis Streams, plus helpers for Spark's own file, socket and rate
-sources.
-
-The Python sources produce two columns, ``_seq`` (the event's position in its input: line number
-or stream entry number, from 0) and ``_event`` (the event's JSON text), which is what
-:func:`spark_udf.detect` reads with ``json_col="_event"``. Offsets are positions, so a restarted
-query re-reads exactly the uncommitted range.
-"""
+"""The ``vigil_jsonl`` source: a JSON-lines file, or a directory of them, read through Spark's
+Python Data Source API with line numbers as offsets, so a restarted query re-reads exactly the
+uncommitted lines."""
 
 from __future__ import annotations
 
@@ -20,9 +14,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from pyspark import cloudpickle
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -38,55 +29,25 @@ from pyspark.sql.streaming.datasource import (
 
 from spark_udf.batch import END_MARK_STREAM
 from spark_udf.errors import OperatorConfigError, SourceError
-from spark_udf.resp import RedisConnection
 from spark_udf.routing import ROUTED_SCHEMA, RoutePlan, route_plan_batches
+from spark_udf.sources.rows import ARROW_SCHEMA, SOURCE_SCHEMA, positive_int, source_batch
 
 __all__ = [
-    "EVENT_COLUMN",
-    "SOURCE_SCHEMA",
-    "SOURCE_TYPES",
+    "EndMark",
+    "JsonLinesIndex",
     "JsonLinesSource",
-    "RedisStreamSource",
-    "read_files",
-    "read_jsonl",
-    "read_rate_demo",
-    "read_redis",
-    "read_socket",
-    "register_sources",
+    "LineSlice",
+    "end_mark_row",
+    "read_slice",
+    "route_option",
 ]
 
-EVENT_COLUMN = "_event"
-SOURCE_SCHEMA = "_seq bigint, _event string"
-SOURCE_TYPES = {"_seq": T.LongType(), EVENT_COLUMN: T.StringType()}
-"""The Python sources' columns with their Spark types."""
-_ARROW_SCHEMA = pa.schema([("_seq", pa.int64()), ("_event", pa.string())])
 _INDEX_EVERY = 4096
 _LINES_PER_PARTITION = 200_000
 _DEFAULT_MAX_RECORDS = 100_000
 _BATCH_LINES = 65_536
 _READ_BYTES = 1 << 23
 _NEWLINE, _SPACE, _DELETE = 0x0A, 0x20, 0x7F
-
-
-def _positive_int(options: dict[str, str], name: str, default: int) -> int:
-    # Spark hands options over case-insensitively, with lower-cased keys.
-    raw = options.get(name, options.get(name.lower(), default))
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        value = 0
-    if value < 1:
-        raise OperatorConfigError(f"option {name} must be a positive integer, got {raw!r}")
-    return value
-
-
-def _batch(seqs: list[int], texts: list[str]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array(seqs, pa.int64()), pa.array(texts, pa.string())], schema=_ARROW_SCHEMA
-    )
-
-
-# ---------------------------------------------------------------- JSON lines
 
 
 @dataclass(frozen=True)
@@ -247,7 +208,7 @@ def _lines_batch(data: bytes, start: int, ends: np.ndarray, first_seq: int) -> p
             else:
                 seqs = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
                 return pa.RecordBatch.from_arrays(
-                    [seqs, texts.cast(pa.string())], schema=_ARROW_SCHEMA
+                    [seqs, texts.cast(pa.string())], schema=ARROW_SCHEMA
                 )
     seqs_list: list[int] = []
     texts_list: list[str] = []
@@ -256,7 +217,7 @@ def _lines_batch(data: bytes, start: int, ends: np.ndarray, first_seq: int) -> p
         if text:
             seqs_list.append(first_seq + i)
             texts_list.append(text)
-    return _batch(seqs_list, texts_list)
+    return source_batch(seqs_list, texts_list)
 
 
 @dataclass(frozen=True)
@@ -271,7 +232,9 @@ def end_mark_row() -> str:
     return json.dumps({"stream": END_MARK_STREAM})
 
 
-def _route_option(plan: RoutePlan) -> str:
+def route_option(plan: RoutePlan) -> str:
+    """A route plan as the text of the source's ``route`` option (see :func:`read_jsonl
+    <spark_udf.sources.read_jsonl>`)."""
     return base64.b64encode(cloudpickle.dumps(plan)).decode("ascii")
 
 
@@ -289,9 +252,9 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def __init__(self, options: dict[str, str]) -> None:
         self.index = JsonLinesIndex(options["path"])
         self.route = _route_of(options)
-        self.max_records = _positive_int(options, "maxRecordsPerBatch", _DEFAULT_MAX_RECORDS)
-        self.per_partition = _positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
-        self.min_partitions = _positive_int(options, "minPartitions", 1)
+        self.max_records = positive_int(options, "maxRecordsPerBatch", _DEFAULT_MAX_RECORDS)
+        self.per_partition = positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
+        self.min_partitions = positive_int(options, "minPartitions", 1)
         flag = options.get("endOfInput", options.get("endofinput", "false"))
         self.end_of_input = str(flag).lower() == "true"
         self.target: int | None = None
@@ -339,7 +302,8 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, EndMark):
-            batches: Iterator[pa.RecordBatch] = iter([_batch([partition.seq], [end_mark_row()])])
+            mark = source_batch([partition.seq], [end_mark_row()])
+            batches: Iterator[pa.RecordBatch] = iter([mark])
         else:
             assert isinstance(partition, LineSlice)
             batches = read_slice(partition)
@@ -354,7 +318,7 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 class _JsonLinesBatchReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.index = JsonLinesIndex(options["path"])
-        self.per_partition = _positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
+        self.per_partition = positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
 
     def partitions(self) -> Sequence[InputPartition]:
         total = self.index.refresh()
@@ -399,237 +363,3 @@ class JsonLinesSource(DataSource):
         if options.get("route"):
             raise OperatorConfigError("the vigil_jsonl 'route' option is for streaming reads")
         return _JsonLinesBatchReader(options)
-
-
-# ---------------------------------------------------------------- Redis Streams
-
-
-def _parse_id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def _entry_json(fields: list[bytes], field: str) -> str:
-    pairs = {
-        fields[i].decode("utf-8", "replace"): fields[i + 1].decode("utf-8", "replace")
-        for i in range(0, len(fields) - 1, 2)
-    }
-    if field in pairs:
-        return pairs[field]
-    return json.dumps(pairs, ensure_ascii=False, sort_keys=True)
-
-
-@dataclass(frozen=True)
-class StreamRange(InputPartition):
-    """Entries after ``after_id`` up to and including ``last_id``; ``first_seq`` numbers the
-    first of them."""
-
-    after_id: str
-    last_id: str
-    first_seq: int
-
-
-class _RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.host = options.get("host", "127.0.0.1")
-        self.port = _positive_int(options, "port", 6379)
-        self.key = options["stream"]
-        self.field = options.get("field", "event")
-        self.max_records = _positive_int(options, "maxRecordsPerBatch", 10_000)
-        self.target: str | None = None
-
-    def _connect(self) -> RedisConnection:
-        return RedisConnection(self.host, self.port)
-
-    def initialOffset(self) -> dict:
-        return {"id": "0-0", "seq": 0}
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_records)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        with self._connect() as redis:
-            last = redis.command("XREVRANGE", self.key, "+", "-", "COUNT", 1)
-        self.target = last[0][0].decode() if last else "0-0"  # type: ignore[index]
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        count = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        if count is None and not isinstance(limit, ReadAllAvailable):
-            count = self.max_records
-        args: list[str | int] = ["XREAD"]
-        if count is not None:
-            args += ["COUNT", count]
-        args += ["STREAMS", self.key, start["id"]]
-        with self._connect() as redis:
-            reply = redis.command(*args)
-        if not reply:
-            return start
-        entries = reply[0][1]  # type: ignore[index]
-        ids = [e[0].decode() for e in entries]
-        if self.target is not None:
-            target = _parse_id(self.target)
-            ids = [i for i in ids if _parse_id(i) <= target]
-        if not ids:
-            return start
-        return {"id": ids[-1], "seq": int(start["seq"]) + len(ids)}
-
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        if start["id"] == end["id"]:
-            return []
-        return [StreamRange(start["id"], end["id"], int(start["seq"]))]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, StreamRange)
-        seq = partition.first_seq
-        after = partition.after_id
-        with self._connect() as redis:
-            while True:
-                entries = redis.command(
-                    "XRANGE", self.key, f"({after}", partition.last_id, "COUNT", 10_000
-                )
-                if not entries:
-                    return
-                seqs = list(range(seq, seq + len(entries)))  # type: ignore[arg-type]
-                texts = [_entry_json(e[1], self.field) for e in entries]  # type: ignore[index]
-                yield _batch(seqs, texts)
-                seq += len(entries)  # type: ignore[arg-type]
-                after = entries[-1][0].decode()  # type: ignore[index]
-                if after == partition.last_id:
-                    return
-
-
-class RedisStreamSource(DataSource):
-    """``spark.readStream.format("vigil_redis")``: the entries of a Redis Stream, in stream
-    order, as ``(_seq, _event)`` rows (``_seq`` counts entries from 0).
-
-    Options: ``stream`` (the key, required), ``host``/``port`` (default 127.0.0.1:6379),
-    ``field`` (entry field holding the event JSON, default ``event``; entries without it
-    become a JSON object of all their fields), ``maxRecordsPerBatch`` (default 10000).
-    """
-
-    @classmethod
-    def name(cls) -> str:
-        return "vigil_redis"
-
-    def schema(self) -> str:
-        return SOURCE_SCHEMA
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        options = dict(self.options)
-        if not options.get("stream"):
-            raise OperatorConfigError("the vigil_redis source needs a 'stream' option")
-        return _RedisStreamReader(options)
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def register_sources(spark: SparkSession) -> None:
-    """Make ``vigil_jsonl`` and ``vigil_redis`` available to ``spark.read(Stream).format``."""
-    spark.dataSource.register(JsonLinesSource)
-    spark.dataSource.register(RedisStreamSource)
-
-
-def read_jsonl(
-    spark: SparkSession,
-    path: str,
-    *,
-    streaming: bool = True,
-    max_records_per_batch: int = 100_000,
-    end_of_input: bool = False,
-    route: RoutePlan | None = None,
-) -> DataFrame:
-    """Events of a JSON-lines file or directory as ``(_seq, _event)``, streaming or static.
-
-    With a ``route`` (streaming; see :func:`spark_udf.rules.route_specs`) the rows come out
-    already routed for :func:`spark_udf.operator.detect_plan`: the reading tasks parse, key
-    and pack the events, and no event row crosses into the JVM.
-
-    With ``end_of_input`` a streaming query run with ``trigger(availableNow=True)`` reads one
-    more row after the last line, the end-of-input mark, which moves the watermark past every
-    event: the operator then flushes as the embedded engine does at the end of a file (pending
-    absences fire, open windows close). A checkpoint that has read the mark is finished: later
-    lines of the same input would all be late.
-    """
-    if not os.path.exists(path):
-        raise SourceError(f"events path {path!r} does not exist")
-    register_sources(spark)
-    reader = spark.readStream if streaming else spark.read
-    reader = (
-        reader.format("vigil_jsonl")
-        .option("path", os.path.abspath(path))
-        .option("maxRecordsPerBatch", max_records_per_batch)
-        .option("endOfInput", str(bool(end_of_input)).lower())
-    )
-    if route is not None:
-        if not streaming:
-            raise OperatorConfigError("read_jsonl: route is for streaming reads")
-        reader = reader.option("route", _route_option(route))
-    if streaming:
-        reader = reader.option("minPartitions", spark.sparkContext.defaultParallelism)
-    return reader.load()
-
-
-def read_redis(
-    spark: SparkSession,
-    stream: str,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 6379,
-    field: str = "event",
-    max_records_per_batch: int = 10_000,
-) -> DataFrame:
-    """A Redis Stream as a streaming ``(_seq, _event)`` DataFrame."""
-    register_sources(spark)
-    return (
-        spark.readStream.format("vigil_redis")
-        .option("stream", stream)
-        .option("host", host)
-        .option("port", port)
-        .option("field", field)
-        .option("maxRecordsPerBatch", max_records_per_batch)
-        .load()
-    )
-
-
-def read_files(
-    spark: SparkSession,
-    path: str,
-    schema: str,
-    *,
-    fmt: str = "json",
-    max_files_per_trigger: int = 1,
-) -> DataFrame:
-    """Spark's own file source over a directory of JSON-lines or Parquet files, one column per
-    field; new files are picked up in modification-time order."""
-    if fmt not in ("json", "parquet"):
-        raise OperatorConfigError(f"file format must be 'json' or 'parquet', got {fmt!r}")
-    return (
-        spark.readStream.schema(schema)
-        .option("maxFilesPerTrigger", max_files_per_trigger)
-        .format(fmt)
-        .load(path)
-    )
-
-
-def read_socket(spark: SparkSession, host: str, port: int) -> DataFrame:
-    """Demo input: JSON lines from a TCP socket (Spark's socket source; not fault tolerant)."""
-    return (
-        spark.readStream.format("socket").option("host", host).option("port", port).load()
-        .select(F.col("value").alias(EVENT_COLUMN))
-    )
-
-
-def read_rate_demo(
-    spark: SparkSession, *, rows_per_second: int = 1000, keys: int = 100, stream: str = "ev"
-) -> DataFrame:
-    """Demo input from Spark's rate source: events ``(stream, k, ts, kind, _seq)`` with
-    ``kind`` cycling over ``a``/``b``/``c`` per key."""
-    return spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load().select(
-        F.lit(stream).alias("stream"),
-        F.concat(F.lit("k"), (F.col("value") % keys).cast("string")).alias("k"),
-        F.unix_millis(F.col("timestamp")).alias("ts"),
-        F.element_at(F.array(F.lit("a"), F.lit("b"), F.lit("c")),
-                     ((F.col("value") / keys).cast("long") % 3 + 1).cast("int")).alias("kind"),
-        F.col("value").alias("_seq"),
-    )
