@@ -10,7 +10,7 @@ from spark_udf.detectors import BucketedDetector, PerKeyDetector
 from spark_udf.errors import (
     BucketStateError,
     OperatorConfigError,
-    RespError,
+    RedisSourceError,
     SinkError,
     SourceError,
     SparkOperatorError,
@@ -43,7 +43,7 @@ __all__ = [
     "OperatorConfigError",
     "PerKeyDetector",
     "ProcessorSpec",
-    "RespError",
+    "RedisSourceError",
     "RunSummary",
     "SinkError",
     "SourceError",

@@ -3,18 +3,20 @@ also inherit the matching builtin so callers may catch either."""
 
 from __future__ import annotations
 
+from query_lang.errors import VigilError
+
 __all__ = [
     "BucketStateError",
     "OperatorConfigError",
-    "RespError",
+    "RedisSourceError",
     "SinkError",
     "SourceError",
     "SparkOperatorError",
 ]
 
 
-class SparkOperatorError(Exception):
-    """Root of every error raised by ``spark_udf``."""
+class SparkOperatorError(VigilError):
+    """Root of every error raised by ``spark_udf`` (a :class:`~query_lang.errors.VigilError`)."""
 
 
 class OperatorConfigError(SparkOperatorError, ValueError):
@@ -29,7 +31,7 @@ class SourceError(SparkOperatorError, OSError):
     """A streaming source cannot be read (missing file, unreachable server)."""
 
 
-class RespError(SparkOperatorError, ConnectionError):
+class RedisSourceError(SourceError, ConnectionError):
     """A Redis command of the Redis Streams source failed: the server is unreachable, refused
     the credentials or answered with an error (redis-py's error is the ``__cause__``)."""
 

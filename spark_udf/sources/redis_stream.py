@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_udf.errors import OperatorConfigError, RespError
+from spark_udf.errors import OperatorConfigError, RedisSourceError
 from spark_udf.sources.rows import SOURCE_SCHEMA, positive_int, source_batch
 
 __all__ = ["RedisStreamSource", "StreamRange", "redis_client"]
@@ -98,7 +98,7 @@ class _RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             with redis_client(self.url, host=self.host, port=self.port) as client:
                 yield client
         except redis.RedisError as exc:
-            raise RespError(f"{where}: {exc}") from exc
+            raise RedisSourceError(f"{where}: {exc}") from exc
 
     def initialOffset(self) -> dict:
         return {"id": "0-0", "seq": 0}

@@ -10,7 +10,7 @@ import pytest
 import redis
 from spark_support import free_port
 
-from spark_udf.errors import RespError
+from spark_udf.errors import RedisSourceError
 from spark_udf.sources import RedisStreamSource
 
 
@@ -66,8 +66,8 @@ def test_a_url_with_user_password_database_and_tls_reaches_the_stream(redis_tls_
 
 def test_refused_credentials_and_unreachable_servers_are_resp_errors(redis_tls_url):
     reader = _reader(url=redis_tls_url.replace(":secret@", ":wrong@"))
-    with pytest.raises(RespError, match="password"):
+    with pytest.raises(RedisSourceError, match="password"):
         reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit())
     reader = _reader(port=str(free_port()))
-    with pytest.raises(RespError, match="Redis at 127.0.0.1"):
+    with pytest.raises(RedisSourceError, match="Redis at 127.0.0.1"):
         reader.prepareForTriggerAvailableNow()
