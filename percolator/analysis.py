@@ -27,7 +27,7 @@ __all__ = [
     "canonical_keyword",
     "normalize_term",
     "parse_number",
-    "parse_timestamp",
+    "timestamp_seconds",
 ]
 
 FIELD_TYPES = ("text", "string", "int", "float", "timestamp", "bool", "list<string>")
@@ -170,14 +170,14 @@ def parse_number(value: Any) -> int | float | None:
     return None
 
 
-def parse_timestamp(value: Any, unit: Literal["s", "ms"] = "s") -> float | None:
+def timestamp_seconds(value: Any, unit: Literal["s", "ms"] = "s") -> float | None:
     """``value`` as epoch seconds: an ISO-8601 string (naive means UTC) or an epoch number.
 
     Epoch numbers, and decimal strings, are in ``unit``; None when ``value`` is neither.
 
     Examples
     --------
-    >>> parse_timestamp("2020-01-01T00:00:00Z"), parse_timestamp(1577836800000, unit="ms")
+    >>> timestamp_seconds("2020-01-01T00:00:00Z"), timestamp_seconds(1577836800000, unit="ms")
     (1577836800.0, 1577836800.0)
     """
     number = parse_number(value)

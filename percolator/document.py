@@ -20,8 +20,8 @@ from percolator.analysis import (
     canonical_keyword,
     normalize_term,
     parse_number,
-    parse_timestamp,
     text_terms,
+    timestamp_seconds,
 )
 from percolator.errors import InvalidDocumentError
 
@@ -413,7 +413,7 @@ class AnalyzedDocument:
         times = self._times.get(name)
         if times is None:
             unit = self.schema.time_unit
-            parsed = (parse_timestamp(v, unit) for v in self._values.get(name, ()))
+            parsed = (timestamp_seconds(v, unit) for v in self._values.get(name, ()))
             times = tuple(t for t in parsed if t is not None)
             self._times[name] = times
         return times

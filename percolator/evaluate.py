@@ -17,7 +17,7 @@ from percolator.analysis import (
     Schema,
     canonical_keyword,
     parse_number,
-    parse_timestamp,
+    timestamp_seconds,
 )
 from percolator.document import AnalyzedDocument
 from percolator.errors import InvalidQueryError
@@ -73,7 +73,7 @@ def _bound_kind(bound: Any) -> str | None:
         raise InvalidQueryError(f"a range bound cannot be the boolean {bound!r}")
     if parse_number(bound) is not None:
         return "number"
-    if isinstance(bound, str) and parse_timestamp(bound) is not None:
+    if isinstance(bound, str) and timestamp_seconds(bound) is not None:
         return "time"
     return "string"
 
@@ -101,7 +101,7 @@ def _convert_bound(bound: Any, kind: RangeKind, schema: Schema) -> Any:
     if kind == "number":
         return parse_number(bound)
     if kind == "time":
-        return parse_timestamp(bound, schema.time_unit)
+        return timestamp_seconds(bound, schema.time_unit)
     return bound if isinstance(bound, str) else canonical_keyword(bound)
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from cep.events import EventReason, StreamSchema, parse_timestamp, time_column_ms, validate_raw
-from percolator.analysis import parse_timestamp as percolator_seconds
+from percolator.analysis import timestamp_seconds as percolator_seconds
 from query_lang import parse
 from query_lang.ast import StreamDecl
 from query_lang.timestamps import format_iso_ms, parse_iso_ms

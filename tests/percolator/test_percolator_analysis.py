@@ -22,7 +22,7 @@ from percolator.analysis import (
     ascii_folded,
     canonical_keyword,
     parse_number,
-    parse_timestamp,
+    timestamp_seconds,
 )
 
 
@@ -136,8 +136,8 @@ def test_scalar_keywords_are_canonical():
     assert parse_number("1e3") == 1000.0
     assert parse_number("1_000") is None
     assert parse_number("nan") is None
-    assert parse_timestamp("not a date") is None
-    assert parse_timestamp("2020-01-01") == 1577836800.0
+    assert timestamp_seconds("not a date") is None
+    assert timestamp_seconds("2020-01-01") == 1577836800.0
 
 
 def test_schema_rejects_unknown_types_and_options():
