@@ -1,4 +1,9 @@
-"""Per-endpoint circuit breaker: stop hammering an endpoint that is down, probe it one at a time."""
+"""Per-endpoint circuit breaker: stop hammering an endpoint that is down, probe it one at a time.
+
+Hand-written rather than taken from a breaker library (pybreaker): its state is a pure value
+advanced by the caller's clock (a ``ManualClock`` in tests), one per endpoint in the dispatcher;
+library breakers read the wall clock inside a decorator.
+"""
 
 from __future__ import annotations
 

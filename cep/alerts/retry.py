@@ -1,4 +1,9 @@
-"""Retry schedule with jitter, and parsing of the ``Retry-After`` response header."""
+"""Retry schedule with jitter, and parsing of the ``Retry-After`` response header.
+
+Hand-written rather than taken from a retry library (tenacity): the schedule is a pure value
+that gives the next attempt time, which the outbox stores with each message so retries survive a
+restart; a library's retry decorator sleeps inside the process instead.
+"""
 
 from __future__ import annotations
 

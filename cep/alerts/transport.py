@@ -1,4 +1,9 @@
-"""Minimal HTTP POST over :mod:`http.client`: no redirects, bounded response reads."""
+"""Minimal HTTP POST over :mod:`http.client`: no redirects, bounded response reads.
+
+The standard library rather than an HTTP client package: a signed alert must never follow a
+redirect to another host, a response body is read only up to a bound, and delivery adds no
+runtime dependency.
+"""
 
 from __future__ import annotations
 
