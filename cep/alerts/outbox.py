@@ -208,6 +208,20 @@ class Outbox:
     ------
     OutboxError
         If the file is not a database or holds a schema this version does not know.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from cep.alerts import Endpoint, new_secret
+    >>> ops = Endpoint("ops", "https://hooks.example.com/in", (new_secret(),))
+    >>> outbox = Outbox(os.path.join(tempfile.mkdtemp(), "outbox.sqlite"))
+    >>> outbox.enqueue({"match_id": "m1", "name": "probe"}, [ops])
+    1
+    >>> outbox.enqueue({"match_id": "m1", "name": "probe"}, [ops])  # the same match again
+    0
+    >>> [(m.msg_id, m.endpoint, m.state.value) for m in outbox.messages()]
+    [('m1', 'ops', 'pending')]
+    >>> outbox.close()
     """
 
     def __init__(self, path: str | os.PathLike[str], *, clock: Clock | None = None) -> None:

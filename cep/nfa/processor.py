@@ -140,6 +140,28 @@ class RuleProcessor(KeyedProcessorBase):
     fast_strict:
         Let :meth:`run_batch` run rules that :func:`cep.nfa.strict.qualifies` as a column-wise scan
         (with the default runtime only); the result is the same either way.
+
+    Examples
+    --------
+    >>> from query_lang import parse
+    >>> from query_lang.ast import RuleDecl, StreamDecl
+    >>> from cep.nfa import compile_rule
+    >>> module = parse(
+    ...     "stream txn (card string, amount float, ts timestamp) time ts\\n"
+    ...     "rule probe from txn by card pattern small big "
+    ...     "define small as amount < 1, big as amount > 500\\n")
+    >>> streams = {s.name: s for s in module.of_type(StreamDecl)}
+    >>> processor = RuleProcessor([compile_rule(module.of_type(RuleDecl)[0], streams=streams)],
+    ...                           streams)
+    >>> events = [
+    ...     {"stream": "txn", "card": "c1", "amount": 0.5, "ts": "2026-01-01T00:00:01Z", "_seq": 0},
+    ...     {"stream": "txn", "card": "c1", "amount": 900.0, "ts": "2026-01-01T00:00:02Z", "_seq": 1},
+    ... ]
+    >>> result = processor.process(("c1",), None, events, watermark_ms=None)
+    >>> [(m["name"], m["events"], m["end"]) for m in result.outputs]
+    [('probe', {'small': [0], 'big': [1]}, '2026-01-01T00:00:02.000Z')]
+    >>> result.state is None  # nothing is left waiting on this key, so it keeps no state
+    True
     """
 
     def __init__(
