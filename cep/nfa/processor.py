@@ -154,9 +154,11 @@ class RuleProcessor(KeyedProcessorBase):
     >>> processor = RuleProcessor([compile_rule(module.of_type(RuleDecl)[0], streams=streams)],
     ...                           streams)
     >>> events = [
-    ...     {"stream": "txn", "card": "c1", "amount": 0.5, "ts": "2026-01-01T00:00:01Z", "_seq": 0},
-    ...     {"stream": "txn", "card": "c1", "amount": 900.0, "ts": "2026-01-01T00:00:02Z", "_seq": 1},
+    ...     {"stream": "txn", "card": "c1", "amount": 0.5, "ts": "2026-01-01T00:00:01Z"},
+    ...     {"stream": "txn", "card": "c1", "amount": 900.0, "ts": "2026-01-01T00:00:02Z"},
     ... ]
+    >>> for position, event in enumerate(events):
+    ...     event["_seq"] = position  # input position: the tie-breaker, and the id here
     >>> result = processor.process(("c1",), None, events, watermark_ms=None)
     >>> [(m["name"], m["events"], m["end"]) for m in result.outputs]
     [('probe', {'small': [0], 'big': [1]}, '2026-01-01T00:00:02.000Z')]
