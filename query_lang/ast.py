@@ -639,13 +639,43 @@ Declaration = Union[
 ]
 
 
+# The clause of the comments that stand on lines of their own just below a declaration.
+AFTER_DECLARATION = "end"
+
+
+@dataclass(frozen=True)
+class Comment:
+    """A ``#`` comment of a file and the printed line it goes back to.
+
+    Not a syntax-tree node: walks skip it and modules compare equal whatever their comments.
+    ``declaration`` is the index in :attr:`Module.declarations` of the declaration it belongs
+    with (``len(declarations)``: after the last one, at the end of the file). ``clause`` and
+    ``item`` name the printed line: ``""`` the declaration's first line; else a clause keyword
+    (``"from"``, ``"within"``, ``"after match"``, ``"options"`` of a stream) with ``item`` 0,
+    or ``"define"`` / ``"field"`` with ``item`` the entry's position. A ``trailing`` comment ends
+    that line; the others stand on lines of their own before it (before the whole declaration
+    when ``clause`` is ``""``, followed by a blank line when ``blank_after`` says so), or after
+    the declaration's last line when ``clause`` is :data:`AFTER_DECLARATION`.
+    """
+
+    text: str
+    declaration: int
+    clause: str = ""
+    item: int = 0
+    trailing: bool = False
+    blank_after: bool = False
+    span: Span = _span()
+
+
 @dataclass(frozen=True)
 class Module(Node):
-    """One parsed file: its declarations in source order."""
+    """One parsed file: its declarations in source order, and its comments (which take no part
+    in equality, so a module compares equal to the one printed from it)."""
 
     declarations: tuple[Declaration, ...]
     path: str = field(default="<string>", compare=False)
     span: Span = _span()
+    comments: tuple[Comment, ...] = field(default=(), compare=False, repr=False)
 
     def of_type(self, kind: type) -> list:
         return [d for d in self.declarations if isinstance(d, kind)]

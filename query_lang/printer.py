@@ -8,6 +8,7 @@ lives with the syntax tree) and tokens through :mod:`query_lang.lexical`; both r
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from query_lang import ast
@@ -19,15 +20,97 @@ _SEARCH_KEYWORDS = {"AND", "OR", "NOT", "TO"}
 
 
 def print_module(module: ast.Module) -> str:
-    """The whole module as canonical text."""
-    return "\n\n".join(print_declaration(d) for d in module.declarations) + "\n"
+    """The whole module as canonical text, with its comments where they were written.
+
+    Examples
+    --------
+    >>> from query_lang.parser import parse
+    >>> print(print_module(parse(
+    ...     "# probing\\nrule r from txn by card pattern a b  # two steps\\n  within 10m\\n"
+    ... )), end="")
+    # probing
+    rule r
+      from txn
+      by card
+      pattern a b  # two steps
+      within 10m
+    """
+    count = len(module.declarations)
+    placed: dict[int, list[ast.Comment]] = {}
+    for c in module.comments:
+        placed.setdefault(c.declaration if 0 <= c.declaration < count else count, []).append(c)
+    blocks = [
+        _with_comments(_lines(decl, {c.clause for c in placed.get(k, ())}), placed.get(k, []))
+        for k, decl in enumerate(module.declarations)
+    ]
+    if count in placed:
+        blocks.append("\n".join(_own_lines(placed[count], "", blank_after_last=False)))
+    return "\n\n".join(blocks) + "\n"
 
 
 def print_declaration(decl: ast.Declaration) -> str:
-    if isinstance(decl, ast.Include):
-        return f"include {quote(decl.path)}"
+    return "\n".join(text for _, _, text in _lines(decl, set()))
+
+
+# A printed line: (clause, item, text), named as in :class:`query_lang.ast.Comment`.
+_Line = tuple[str, int, str]
+
+
+def _lines(decl: ast.Declaration, keep: set[str]) -> list[_Line]:
+    """The printed lines of ``decl``; a clause that holds its default value is left out unless
+    it is in ``keep`` (a comment goes with it)."""
     if isinstance(decl, ast.StreamDecl):
         return _stream(decl)
+    if isinstance(decl, ast.RuleDecl):
+        return _rule(decl, keep)
+    if isinstance(decl, ast.QueryDecl):
+        return _query(decl, keep)
+    if isinstance(decl, ast.MetricDecl):
+        return _metric(decl, keep)
+    return [("", 0, _one_line(decl))]
+
+
+def _with_comments(lines: list[_Line], comments: list[ast.Comment]) -> str:
+    """The printed lines of a declaration with its comments: each before or at the end of its
+    line, those of the first line before the declaration, those of ``end`` after it."""
+    known = {(clause, item) for clause, item, _ in lines}
+    at: dict[tuple[str, int], list[ast.Comment]] = {}
+    for c in comments:
+        place = (c.clause, c.item)
+        if place not in known and c.clause != ast.AFTER_DECLARATION:
+            place = ("", 0)  # its line is gone (a tree built or changed by hand): lead with it
+            c = dataclasses.replace(c, trailing=False)
+        at.setdefault(place, []).append(c)
+    out: list[str] = []
+    for clause, item, text in lines:
+        here = at.get((clause, item), [])
+        trailing = here.pop() if here and here[-1].trailing and text else None
+        if clause == "":
+            out.extend(_own_lines(here, ""))
+        else:
+            out.extend(_own_lines(here, text[: len(text) - len(text.lstrip())] or "  "))
+        out.append(f"{text}  {trailing.text}" if trailing is not None else text)
+    out.extend(_own_lines(at.get((ast.AFTER_DECLARATION, 0), []), "  ", blank_after_last=False))
+    return "\n".join(out)
+
+
+def _own_lines(
+    comments: list[ast.Comment], indent: str, blank_after_last: bool = True
+) -> list[str]:
+    """Comments on lines of their own; a blank line after those that had one in the source
+    (only at the top level: inside a declaration ``indent`` is not empty)."""
+    out = []
+    for i, c in enumerate(comments):
+        out.append(indent + c.text)
+        last = i == len(comments) - 1
+        if not indent and c.blank_after and (blank_after_last or not last):
+            out.append("")
+    return out
+
+
+def _one_line(decl: ast.Declaration) -> str:
+    if isinstance(decl, ast.Include):
+        return f"include {quote(decl.path)}"
     if isinstance(decl, ast.ListDecl):
         if decl.path is not None:
             return f"list {decl.name} from {quote(decl.path)}"
@@ -38,43 +121,49 @@ def print_declaration(decl: ast.Declaration) -> str:
             for s in decl.secrets
         )
         return f"webhook {decl.name} url {quote(decl.url)}{secrets}"
-    if isinstance(decl, ast.RuleDecl):
-        return _rule(decl)
-    if isinstance(decl, ast.QueryDecl):
-        return _query(decl)
-    if isinstance(decl, ast.MetricDecl):
-        return _metric(decl)
     raise TypeError(f"not a declaration: {decl!r}")
 
 
-def _stream(s: ast.StreamDecl) -> str:
-    fields = ",\n".join(f"  {f.name} {f.type}" for f in s.fields)
-    text = f"stream {s.name} (\n{fields}\n)"
+def _stream(s: ast.StreamDecl) -> list[_Line]:
+    lines: list[_Line] = [("", 0, f"stream {s.name} (")]
+    last = len(s.fields) - 1
+    lines.extend(
+        ("field", i, f"  {f.name} {f.type}{',' if i < last else ''}")
+        for i, f in enumerate(s.fields)
+    )
+    if not s.fields:
+        lines.append(("field", 0, ""))
+    tail = ")"
     if s.time_field:
-        text += f" time {s.time_field}"
+        tail += f" time {s.time_field}"
         if s.time_unit:
-            text += f" unit {s.time_unit}"
+            tail += f" unit {s.time_unit}"
     if s.lateness is not None:
-        text += f" lateness {print_duration(s.lateness)}"
+        tail += f" lateness {print_duration(s.lateness)}"
     if s.id_field:
-        text += f" id {s.id_field}"
-    return text
+        tail += f" id {s.id_field}"
+    lines.append(("options", 0, tail))
+    return lines
 
 
-def _head(kind: str, name: str, description: str | None) -> str:
-    return f"{kind} {name}" + (f" {quote(description)}" if description is not None else "")
+def _head(kind: str, name: str, description: str | None) -> _Line:
+    return ("", 0, f"{kind} {name}" + (f" {quote(description)}" if description is not None else ""))
 
 
-def _alerting(decl) -> list[str]:
+def _clause(clause: str, text: str) -> _Line:
+    return (clause, 0, "  " + text)
+
+
+def _alerting(decl, keep: set[str]) -> list[_Line]:
     lines = []
-    if decl.severity != "medium":
-        lines.append(f"severity {decl.severity}")
+    if decl.severity != "medium" or "severity" in keep:
+        lines.append(_clause("severity", f"severity {decl.severity}"))
     if decl.notify:
-        lines.append(f"notify {', '.join(decl.notify)}")
+        lines.append(_clause("notify", f"notify {', '.join(decl.notify)}"))
     if decl.tags:
-        lines.append(f"tags {', '.join(quote(t) for t in decl.tags)}")
+        lines.append(_clause("tags", f"tags {', '.join(quote(t) for t in decl.tags)}"))
     if decl.throttle is not None:
-        lines.append(f"throttle {print_duration(decl.throttle)}")
+        lines.append(_clause("throttle", f"throttle {print_duration(decl.throttle)}"))
     return lines
 
 
@@ -84,25 +173,32 @@ def _items(items: tuple[ast.EmitItem, ...]) -> str:
     )
 
 
-def _rule(r: ast.RuleDecl) -> str:
-    lines = [_head("rule", r.name, r.description), f"from {', '.join(r.streams)}"]
+def _rule(r: ast.RuleDecl, keep: set[str]) -> list[_Line]:
+    lines = [_head("rule", r.name, r.description), _clause("from", f"from {', '.join(r.streams)}")]
     if r.by:
-        lines.append("by " + ", ".join(_key_part(k) for k in r.by))
-    lines.append(f"pattern {print_pattern(r.pattern)}")
-    if r.contiguity != "relaxed":
-        lines.append(f"contiguity {r.contiguity}")
-    if r.partials != "all":
-        lines.append(f"partials {r.partials}")
-    if r.defines:
-        lines.append("define " + ",\n         ".join(_define(d) for d in r.defines))
+        lines.append(_clause("by", "by " + ", ".join(_key_part(k) for k in r.by)))
+    lines.append(_clause("pattern", f"pattern {print_pattern(r.pattern)}"))
+    if r.contiguity != "relaxed" or "contiguity" in keep:
+        lines.append(_clause("contiguity", f"contiguity {r.contiguity}"))
+    if r.partials != "all" or "partials" in keep:
+        lines.append(_clause("partials", f"partials {r.partials}"))
+    last = len(r.defines) - 1
+    lines.extend(
+        (
+            "define",
+            i,
+            ("  define " if i == 0 else "         ") + _define(d) + ("," if i < last else ""),
+        )
+        for i, d in enumerate(r.defines)
+    )
     if r.within is not None:
-        lines.append(f"within {print_duration(r.within)}")
-    if r.skip.kind != "past_last":
-        lines.append(f"after match {_skip(r.skip)}")
+        lines.append(_clause("within", f"within {print_duration(r.within)}"))
+    if r.skip.kind != "past_last" or "after match" in keep:
+        lines.append(_clause("after match", f"after match {_skip(r.skip)}"))
     if r.emit is not None:
-        lines.append(f"emit {_items(r.emit)}")
-    lines.extend(_alerting(r))
-    return "\n  ".join(lines)
+        lines.append(_clause("emit", f"emit {_items(r.emit)}"))
+    lines.extend(_alerting(r, keep))
+    return lines
 
 
 def _key_part(k: ast.KeyPart) -> str:
@@ -134,37 +230,41 @@ def _skip(s: ast.SkipStrategy) -> str:
     }[s.kind]
 
 
-def _query(q: ast.QueryDecl) -> str:
+def _query(q: ast.QueryDecl, keep: set[str]) -> list[_Line]:
     lines = [
         _head("query", q.name, q.description),
-        f"from {', '.join(q.streams)}",
-        f"match {print_search(q.match)}",
+        _clause("from", f"from {', '.join(q.streams)}"),
+        _clause("match", f"match {print_search(q.match)}"),
     ]
-    lines.extend(_alerting(q))
-    return "\n  ".join(lines)
+    lines.extend(_alerting(q, keep))
+    return lines
 
 
-def _metric(m: ast.MetricDecl) -> str:
-    lines = [_head("metric", m.name, m.description), f"from {', '.join(m.streams)}"]
+def _metric(m: ast.MetricDecl, keep: set[str]) -> list[_Line]:
+    lines = [
+        _head("metric", m.name, m.description),
+        _clause("from", f"from {', '.join(m.streams)}"),
+    ]
     if m.where is not None:
-        lines.append(f"where {print_expr(m.where)}")
+        lines.append(_clause("where", f"where {print_expr(m.where)}"))
     if m.by:
-        lines.append(f"by {', '.join(m.by)}")
+        lines.append(_clause("by", f"by {', '.join(m.by)}"))
     w = m.window
     if w.kind == "tumbling":
-        lines.append(f"window tumbling {print_duration(w.size)}")
+        window = f"window tumbling {print_duration(w.size)}"
     elif w.kind == "hopping":
-        lines.append(f"window hopping {print_duration(w.size)} every {print_duration(w.every)}")
+        window = f"window hopping {print_duration(w.size)} every {print_duration(w.every)}"
     elif w.kind == "sliding":
         every = f" every {print_duration(w.every)}" if w.every is not None else ""
-        lines.append(f"window sliding {print_duration(w.size)}{every}")
+        window = f"window sliding {print_duration(w.size)}{every}"
     else:
-        lines.append(f"window session gap {print_duration(w.size)}")
-    lines.append(f"select {_items(m.select)}")
+        window = f"window session gap {print_duration(w.size)}"
+    lines.append(_clause("window", window))
+    lines.append(_clause("select", f"select {_items(m.select)}"))
     if m.having is not None:
-        lines.append(f"having {print_expr(m.having)}")
-    lines.extend(_alerting(m))
-    return "\n  ".join(lines)
+        lines.append(_clause("having", f"having {print_expr(m.having)}"))
+    lines.extend(_alerting(m, keep))
+    return lines
 
 
 # --------------------------------------------------------------------------- patterns
@@ -178,7 +278,8 @@ def _pattern(p: ast.Pattern, context: int) -> str:
     if isinstance(p, ast.PatVar):
         return p.name
     if isinstance(p, ast.PatAbsent):
-        return f"!{p.name}"
+        # `(!x)+` parses (the checks reject it, with a location) and must print back so
+        return f"(!{p.name})" if context > 3 else f"!{p.name}"
     if isinstance(p, ast.PatAlt):
         text = " | ".join(_pattern(o, 2) for o in p.options)
         return f"({text})" if context > 1 else text

@@ -1,5 +1,5 @@
 """``vigil check`` and ``vigil format``: rule files checked with every error located, and printed
-in canonical form."""
+in canonical form (with their comments)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ def configure_parser(sub) -> None:
     check.add_argument("-q", "--quiet", action="store_true", help="print nothing when clean")
     check.set_defaults(handler=_cmd_check)
 
-    fmt = sub.add_parser("format", help="print rule files in canonical form")
+    fmt = sub.add_parser(
+        "format", help="print rule files in canonical form, their comments where they were"
+    )
     fmt.add_argument("files", nargs="+")
     fmt.set_defaults(handler=_cmd_format)
 

@@ -5,11 +5,13 @@ metrics) and of patterns, as transformer methods building syntax-tree nodes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from lark import v_args
 
 from query_lang import ast
 from query_lang.errors import VigilSyntaxError
+from query_lang.parser.comments import LineSource
 from query_lang.parser.node_builder import NodeBuilder
 
 
@@ -22,7 +24,33 @@ class DeclarationRules(NodeBuilder):
     def start(self, meta, children):
         return children
 
+    def _lay_out(self, meta, head=None, lines: Sequence[LineSource] = ()) -> None:
+        """Record where the code of each printed line of the declaration at ``meta`` came from,
+        for the comments: its first line (ended by the tokens ``head``, the whole declaration
+        when not given), then ``lines``."""
+        span = self._span(meta)
+        head_end = span.end_line
+        if head is not None:
+            head_end = max(self._span(t).end_line for t in head if t is not None)
+        self.layouts.append([("", 0, span.line, head_end), *lines])
+
+    def _clause_lines(self, clauses) -> list[LineSource]:
+        """Where the printed lines of ``(key, value, meta)`` clauses came from: one line a
+        clause, one an entry of ``define`` (the first from the keyword on)."""
+        lines: list[LineSource] = []
+        for key, value, where in clauses:
+            at = self._span(where)
+            if key == "define":
+                lines.extend(
+                    ("define", i, at.line if i == 0 else d.span.line, d.span.end_line)
+                    for i, d in enumerate(value)
+                )
+            else:
+                lines.append((key, 0, at.line, at.end_line))
+        return lines
+
     def include(self, meta, children):
+        self._lay_out(meta)
         return ast.Include(self._string(children[0]), self._span(meta))
 
     def stream(self, meta, children):
@@ -38,6 +66,14 @@ class DeclarationRules(NodeBuilder):
                     )
                 options[key] = value
         time_field, time_unit = options.get("time", (None, None))
+        span = self._span(meta)
+        option_lines = [self._span(opt[2]).line for opt in rest if isinstance(opt, tuple)]
+        self._lay_out(
+            meta,
+            [name],
+            [("field", i, f.span.line, f.span.end_line) for i, f in enumerate(fields)]
+            + [("options", 0, min(option_lines, default=span.end_line), span.end_line)],
+        )
         return ast.StreamDecl(
             str(name),
             fields,
@@ -82,16 +118,19 @@ class DeclarationRules(NodeBuilder):
 
     def list_from(self, meta, children):
         name, path = children
+        self._lay_out(meta)
         return ast.ListDecl(str(name), path=self._string(path), span=self._span(meta))
 
     def list_values(self, meta, children):
         name, *values = children
+        self._lay_out(meta)
         return ast.ListDecl(
             str(name), values=tuple(self._string(v) for v in values), span=self._span(meta)
         )
 
     def webhook(self, meta, children):
         name, url, *secrets = children
+        self._lay_out(meta)
         return ast.WebhookDecl(str(name), self._string(url), tuple(secrets), self._span(meta))
 
     def secret_env(self, meta, children):
@@ -123,6 +162,7 @@ class DeclarationRules(NodeBuilder):
         )
         contiguity = fields.pop("contiguity", "relaxed")
         partials = fields.pop("partials", "all")
+        self._lay_out(meta, [name, description], self._clause_lines(clauses))
         return ast.RuleDecl(
             name=str(name),
             description=self._string(description) if description is not None else None,
@@ -338,6 +378,7 @@ class DeclarationRules(NodeBuilder):
                 raise self._error(
                     VigilSyntaxError, f"query '{name}' needs a '{required}' clause", meta
                 )
+        self._lay_out(meta, [name, description], self._clause_lines(clauses))
         return ast.QueryDecl(
             name=str(name),
             streams=fields["from"],
@@ -367,6 +408,7 @@ class DeclarationRules(NodeBuilder):
                 raise self._error(
                     VigilSyntaxError, f"metric '{name}' needs a '{required}' clause", meta
                 )
+        self._lay_out(meta, [name, description], self._clause_lines(clauses))
         return ast.MetricDecl(
             name=str(name),
             streams=fields["from"],

@@ -4,10 +4,11 @@ messages in a user's words: ``unexpected 'soon'; expected a duration such as 10m
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from functools import lru_cache
 from importlib import resources
 
-from lark import Lark
+from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from query_lang import ast
@@ -34,6 +35,18 @@ _TERMINAL_WORDS = {
     "$END": "the end of the file",
 }
 
+# The COMMENT tokens of the parse running in this context, when its caller asked for them: the
+# grammar ignores comments, so only the lexer sees them (and knows a `#` inside a string, a
+# regular expression or a search word is none).
+_comment_sink: ContextVar[list[Token] | None] = ContextVar("vigil_comment_sink", default=None)
+
+
+def _keep_comment(token: Token) -> Token:
+    sink = _comment_sink.get()
+    if sink is not None:
+        sink.append(token)
+    return token
+
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
@@ -45,6 +58,7 @@ def _lark() -> Lark:
         start=["start", "search_query", "expr"],
         propagate_positions=True,
         maybe_placeholders=True,
+        lexer_callbacks={"COMMENT": _keep_comment},
     )
 
 
@@ -83,15 +97,26 @@ def describe_expected(expected: set[str] | frozenset[str]) -> str:
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def run_parser(text: str, start: str, path: str, line_offset: int, full_text: str):
+def run_parser(
+    text: str,
+    start: str,
+    path: str,
+    line_offset: int,
+    full_text: str,
+    comments: list[Token] | None = None,
+):
     """The Lark tree of ``text`` from grammar rule ``start``; a syntax error is raised as a
     :class:`VigilSyntaxError` that points into ``full_text`` (``text`` starts
-    ``line_offset`` lines into it).
+    ``line_offset`` lines into it). The COMMENT tokens of ``text`` are appended to
+    ``comments`` when it is given.
     """
+    sink = _comment_sink.set(comments)
     try:
         return _lark().parse(text, start=start)
     except UnexpectedInput as err:
         raise _syntax_error(err, text, path, line_offset, full_text) from None
+    finally:
+        _comment_sink.reset(sink)
 
 
 def _syntax_error(

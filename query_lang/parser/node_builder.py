@@ -9,6 +9,7 @@ from lark import Token, Transformer
 from query_lang import ast
 from query_lang.errors import VigilError
 from query_lang.lexical import duration_ms, unescape
+from query_lang.parser.comments import LineSource
 
 
 class NodeBuilder(Transformer):
@@ -21,6 +22,9 @@ class NodeBuilder(Transformer):
         self.path = path
         self.line_offset = line_offset
         self.source = source
+        # where the code of each printed line came from, one list per declaration built, in
+        # order: the comments are placed by it
+        self.layouts: list[list[LineSource]] = []
 
     def _span(self, meta) -> ast.Span:
         if isinstance(meta, Token):

@@ -11,6 +11,7 @@ from lark.exceptions import VisitError
 
 from query_lang import ast
 from query_lang.errors import ErrorList, VigilError
+from query_lang.parser import comments
 from query_lang.parser.declarations import DeclarationRules
 from query_lang.parser.expressions import ExpressionRules
 from query_lang.parser.grammar import run_parser
@@ -57,24 +58,40 @@ def parse_recovering(text: str, path: str = "<string>") -> tuple[ast.Module, lis
 
     Each top-level block is parsed on its own (it starts at a line that opens with ``rule``,
     ``query``, ``metric``, ``stream``, ``list``, ``webhook`` or ``include``), so an error
-    resynchronises at the next block.
+    resynchronises at the next block. The comments of the good blocks are kept in
+    :attr:`~query_lang.ast.Module.comments`, placed for the printer.
     """
     declarations: list[ast.Declaration] = []
+    layouts: list[list[comments.LineSource]] = []
+    found: list[comments.FoundComment] = []
     errors: list[VigilError] = []
     line_offset = counted = 0
     for start, end in _block_bounds(text):
         chunk = text[start:end]
-        if not chunk.strip() or _only_comments(chunk):
+        if not chunk.strip():
             continue
         # Lines before the block, counted on from the previous block (not from the top of the
         # file each time: that made loading n blocks quadratic).
         line_offset += text.count("\n", counted, start)
         counted = start
+        if _only_comments(chunk):
+            found.extend(comments.found_in_comment_lines(chunk, line_offset))
+            continue
+        tokens: list = []
         try:
-            declarations.extend(_parse_start(chunk, path, line_offset, text))
+            built, built_layouts = _parse_start(chunk, path, line_offset, text, tokens)
         except VigilError as err:
             errors.append(err)
-    module = ast.Module(tuple(declarations), path=path, span=ast.Span(path, 1, 1, 1, 1))
+            continue
+        declarations.extend(built)
+        layouts.extend(built_layouts)
+        found.extend(comments.found_in_tokens(tokens, chunk, line_offset))
+    module = ast.Module(
+        tuple(declarations),
+        path=path,
+        span=ast.Span(path, 1, 1, 1, 1),
+        comments=comments.attach(found, layouts, text, path),
+    )
     return module, errors
 
 
@@ -126,15 +143,20 @@ def _only_comments(chunk: str) -> bool:
     return all(not ln.strip() or ln.strip().startswith("#") for ln in chunk.splitlines())
 
 
-def _parse_start(chunk: str, path: str, line_offset: int, full_text: str) -> list:
-    tree = run_parser(chunk, "start", path, line_offset, full_text)
-    module = _transform(tree, path, line_offset, full_text)
-    return list(module)
+def _parse_start(
+    chunk: str, path: str, line_offset: int, full_text: str, tokens: list
+) -> tuple[list, list[list[comments.LineSource]]]:
+    """The declarations of ``chunk`` and where the code of their printed lines came from; its
+    COMMENT tokens are appended to ``tokens``."""
+    tree = run_parser(chunk, "start", path, line_offset, full_text, tokens)
+    builder = _ToAst(path, line_offset, full_text)
+    declarations = _transform(tree, path, line_offset, full_text, builder)
+    return list(declarations), builder.layouts
 
 
-def _transform(tree, path: str, line_offset: int, full_text: str):
+def _transform(tree, path: str, line_offset: int, full_text: str, builder=None):
     try:
-        return _ToAst(path, line_offset, full_text).transform(tree)
+        return (builder or _ToAst(path, line_offset, full_text)).transform(tree)
     except VisitError as err:
         if isinstance(err.orig_exc, VigilError):
             raise err.orig_exc from None

@@ -30,6 +30,7 @@ def test_valid_snippet_round_trips(index):
     module = parse(SNIPPETS[index])
     printed = print_module(module)
     assert parse(printed) == module
+    assert [c.text for c in parse(printed).comments] == [c.text for c in module.comments]
     # printing is canonical: a second round gives the same text
     assert print_module(parse(printed)) == printed
 

@@ -25,7 +25,12 @@ def test_spec_example_parses_and_round_trips():
     kinds = [type(d).__name__ for d in module.declarations]
     assert kinds.count("RuleDecl") == 5
     assert kinds.count("QueryDecl") == 1 and kinds.count("MetricDecl") == 1
-    assert parse(print_module(module)) == module
+    printed = print_module(module)
+    assert parse(printed) == module
+    # the comments are printed back, in order, and printing is canonical
+    assert [c.text for c in parse(printed).comments] == [c.text for c in module.comments]
+    assert len(module.comments) == 4
+    assert print_module(parse(printed)) == printed
 
 
 def test_spec_example_checks_clean_with_its_missing_declarations(tmp_path):
