@@ -11,13 +11,10 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from cep.engine import StandingQueries, load_declarations
-from cep.engine.program import add_declarations
+from cep.engine.program import add_declarations, compile_program_metric, compile_program_rule
 from cep.events.event import StreamSchema
-from cep.metrics.operator import compile_metric
 from cep.metrics.processor import MetricProcessor
-from cep.nfa.compiler import compile_rule
 from cep.nfa.processor import RuleProcessor, key_signature
-from percolator.evaluate import field_predicate
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
 from spark_udf.input_plan import json_route, routed_layout
@@ -99,8 +96,7 @@ def processor_specs(
     rule_decls = [d for d in declarations if isinstance(d, ast.RuleDecl)]
     standing = [d for d in declarations if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
     rules = [
-        compile_rule(decl, lists=dict(lists), search=field_predicate, streams=streams)
-        for decl in rule_decls
+        compile_program_rule(decl, streams, lists) for decl in rule_decls
     ]
     StandingQueries(lateness_ms).compile(standing, streams, lists)  # queries must compile too
     metrics = [d for d in standing if isinstance(d, ast.MetricDecl)]
@@ -118,8 +114,7 @@ def processor_specs(
         for group in by_signature.values()
     ]
     for decl in metrics:
-        metric = compile_metric(decl, streams=streams, lists=lists,
-                                search=field_predicate, lateness_ms=lateness_ms)
+        metric = compile_program_metric(decl, streams, lists, lateness_ms=lateness_ms)
         processors.append(
             (MetricProcessor(metric, streams, lateness_ms=lateness_ms), (decl.name,))
         )

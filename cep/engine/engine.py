@@ -28,7 +28,12 @@ from cep.engine.intake import (
     rule_masks,
     split_by_stream,
 )
-from cep.engine.program import add_declarations, load_declarations, load_list
+from cep.engine.program import (
+    add_declarations,
+    compile_program_rule,
+    load_declarations,
+    load_list,
+)
 from cep.engine.queries import StandingQueries
 from cep.events.event import (
     STREAM_FIELD,
@@ -43,9 +48,8 @@ from cep.events.event import (
     stream_of,
 )
 from cep.events.watermark import END_OF_INPUT, ReorderBuffer, Watermark
-from cep.nfa.compiler import compile_rule as compile_rule_default
+from cep.nfa.compiler import compile_rule
 from cep.nfa.processor import RuleProcessor, RuleRuntime, key_signature
-from percolator.evaluate import field_predicate
 from query_lang import ast
 
 __all__ = ["Engine", "EngineStats", "load_declarations", "load_list"]
@@ -271,18 +275,10 @@ class Engine:
         self._plan_columns()
 
     def _compile(self, decl: ast.RuleDecl, streams: Mapping[str, ast.StreamDecl], lists) -> Any:
-        compile_rule = self._compile_rule
-        if compile_rule is None:
-            compile_rule = compile_rule_default
-        options: dict[str, Any] = {
-            "lists": {name: lists[name] for name in lists},
-            "search": field_predicate,
-            "version": 1,
-            "streams": streams,
-        }
-        if self.max_partials is not None:
-            options["max_partials"] = self.max_partials
-        return compile_rule(decl, **options)
+        return compile_program_rule(
+            decl, streams, lists, max_partials=self.max_partials,
+            compiler=self._compile_rule or compile_rule,
+        )
 
     def _regroup(self, signature: tuple) -> None:
         rules = [r for r in self._rules.values() if key_signature(r) == signature]

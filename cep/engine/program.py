@@ -4,13 +4,16 @@ declarations against what is registered, and the containers of its ``list`` decl
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cep.events.event import StreamSchema
+from cep.metrics import CompiledMetric, compile_metric
+from cep.nfa import CompiledRule, compile_rule
+from percolator.evaluate import field_predicate
 from query_lang import ast
 from query_lang.checks import check_declarations
 from query_lang.errors import ErrorList, IncludeError, VigilError, VigilNameError
@@ -202,3 +205,38 @@ def add_declarations(
     if errors:
         raise errors[0] if len(errors) == 1 else ErrorList(errors)
     return streams, lists
+
+
+def compile_program_rule(
+    decl: ast.RuleDecl,
+    streams: Mapping[str, ast.StreamDecl],
+    lists: Mapping[str, Any],
+    *,
+    max_partials: int | None = None,
+    compiler: Callable[..., CompiledRule] = compile_rule,
+) -> CompiledRule:
+    """A rule of a program compiled as every engine runs it: with the program's streams and
+    lists, and ``search(...)`` conditions answered by the percolator."""
+    options: dict[str, Any] = {
+        "lists": dict(lists),
+        "search": field_predicate,
+        "version": 1,
+        "streams": streams,
+    }
+    if max_partials is not None:
+        options["max_partials"] = max_partials
+    return compiler(decl, **options)
+
+
+def compile_program_metric(
+    decl: ast.MetricDecl,
+    streams: Mapping[str, ast.StreamDecl],
+    lists: Mapping[str, Any],
+    *,
+    lateness_ms: int | None = None,
+) -> CompiledMetric:
+    """A metric of a program compiled as every engine runs it (see
+    :func:`compile_program_rule`)."""
+    return compile_metric(
+        decl, streams=streams, lists=lists, search=field_predicate, lateness_ms=lateness_ms
+    )

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cep.engine.program import compile_program_metric
 from cep.events.event import STREAM_FIELD, Event
 from cep.events.watermark import iso_ms
-from cep.metrics.operator import MetricOperator, compile_metric
+from cep.metrics.operator import MetricOperator
 from percolator import Percolator, Schema, compile_query
-from percolator.evaluate import field_predicate
 from percolator.extract import extract
 from query_lang import ast
 from query_lang.errors import VigilWarning
@@ -63,10 +63,7 @@ class StandingQueries:
         compiled = []
         for decl in decls:
             if isinstance(decl, ast.MetricDecl):
-                metric = compile_metric(
-                    decl, streams=streams, lists=lists, search=field_predicate,
-                    lateness_ms=self.lateness_ms,
-                )
+                metric = compile_program_metric(decl, streams, lists, lateness_ms=self.lateness_ms)
                 compiled.append((decl, MetricOperator(metric)))
             else:
                 for stream in decl.streams:  # fails early on a query the index would reject
