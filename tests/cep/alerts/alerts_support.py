@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
 
 # The Standard Webhooks specification's published test secret, and a second key for rotation.
 SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -65,8 +68,43 @@ class SeenRequest:
 Responder = Callable[[int, dict[str, str], bytes], Reply]
 
 
+class _QuietServerThreads(logging.Filter):
+    """Drops werkzeug's per-request access lines written by scripted-server threads.
+
+    The access line names the request URL, query string included; tests that check what reaches
+    the logs (credentials, tokens) must see only what the code under test logged. Warnings and
+    errors, such as a responder's traceback, still get through.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._threads = threading.local()
+
+    def mark_current_thread(self) -> None:
+        self._threads.scripted = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not getattr(self._threads, "scripted", False)
+
+
+_QUIET = _QuietServerThreads()
+logging.getLogger("werkzeug").addFilter(_QUIET)
+
+
+class _HTTPServer(HTTPServer):
+    """pytest-httpserver's server, polling for shutdown often so that close() is quick."""
+
+    def thread_target(self) -> None:
+        assert self.server is not None
+        self.server.serve_forever(poll_interval=0.05)
+
+
 class ScriptedServer:
-    """A threaded loopback HTTP server whose answers a test scripts, recording every request."""
+    """A threaded loopback HTTP server whose answers a test scripts, recording every request.
+
+    Built on pytest-httpserver: every POST to ``/hook`` goes to :meth:`_handle`, which asks the
+    responder for a :class:`Reply`, waits its ``delay_s`` and records the request.
+    """
 
     def __init__(self, responder: Responder | None = None) -> None:
         self.responder: Responder = responder or (lambda index, headers, body: Reply())
@@ -75,57 +113,37 @@ class ScriptedServer:
         self._arrivals = 0
         self._active = 0
         self.max_concurrency = 0
-        server = self
+        self._server = _HTTPServer(host="127.0.0.1", threaded=True)
+        self._server.expect_request("/hook", method="POST").respond_with_handler(self._handle)
+        self._server.start()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                arrived = time.monotonic()
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                headers = {name.lower(): value for name, value in self.headers.items()}
-                with server._lock:
-                    index = server._arrivals
-                    server._arrivals += 1
-                    server._active += 1
-                    server.max_concurrency = max(server.max_concurrency, server._active)
-                try:
-                    reply = server.responder(index, headers, body)
-                    if reply.delay_s:
-                        time.sleep(reply.delay_s)
-                finally:
-                    with server._lock:
-                        server._active -= 1
-                with server._lock:
-                    server._requests.append(
-                        SeenRequest(
-                            index, arrived, time.monotonic(), self.path, headers, body, reply.status
-                        )
-                    )
-                try:
-                    self.send_response(reply.status)
-                    for name, value in reply.headers.items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(reply.body)))
-                    self.end_headers()
-                    self.wfile.write(reply.body)
-                except OSError:
-                    pass  # the client gave up (timeout); nothing to answer
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+    def _handle(self, request: Request) -> Response:
+        _QUIET.mark_current_thread()
+        arrived = time.monotonic()
+        body = request.get_data()
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        with self._lock:
+            index = self._arrivals
+            self._arrivals += 1
+            self._active += 1
+            self.max_concurrency = max(self.max_concurrency, self._active)
+        try:
+            reply = self.responder(index, headers, body)
+            if reply.delay_s:
+                time.sleep(reply.delay_s)
+        finally:
+            with self._lock:
+                self._active -= 1
+        path = request.environ["RAW_URI"]  # the request target as sent, query string included
+        seen = SeenRequest(index, arrived, time.monotonic(), path, headers, body, reply.status)
+        with self._lock:
+            self._requests.append(seen)
+        # A client that timed out has closed its socket by now: werkzeug drops the answer quietly.
+        return Response(reply.body, status=reply.status, headers=reply.headers)
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/hook"
+        return self._server.url_for("/hook")
 
     @property
     def arrivals(self) -> int:
@@ -139,6 +157,4 @@ class ScriptedServer:
             return sorted(self._requests, key=lambda request: request.index)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()
