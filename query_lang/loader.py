@@ -2,16 +2,25 @@
 
 A *program* is every declaration of the files given plus the files they include (each file
 loaded once, however often it is included); names are resolved across the whole program.
+Includes read only rule files: inside the directory of a file given or an include root
+(:mod:`query_lang.includes`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from query_lang import ast
 from query_lang.checks import check_declarations
 from query_lang.errors import ErrorList, IncludeError, VigilError
+from query_lang.includes import (
+    default_include_roots,
+    read_included_file,
+    read_named_file,
+    require_within_roots,
+)
 from query_lang.parser import parse_recovering
 
 
@@ -63,33 +72,31 @@ class Program:
 
 
 class _Loader:
-    def __init__(self) -> None:
+    def __init__(self, roots: list[str]) -> None:
         self.program = Program()
         self.errors: list[VigilError] = []
         self.loaded: set[str] = set()
         self.stack: list[str] = []
+        self.roots = roots
 
     def load_file(self, path: str, include: ast.Include | None = None) -> None:
         key = os.path.realpath(path)
-        if key in self.stack:
-            cycle = " -> ".join(os.path.relpath(p) for p in self.stack[self.stack.index(key):])
-            self.errors.append(
-                IncludeError(f"include cycle: {cycle} -> {os.path.relpath(key)}", include.span)
-            )
-            return
-        if key in self.loaded:
-            return
+        where = include.span if include else ast.Span(path)
         try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except FileNotFoundError:
-            where = include.span if include else ast.Span(path)
-            what = f"included file not found: {path}" if include else f"file not found: {path}"
-            self.errors.append(IncludeError(what, where))
-            return
-        except (OSError, UnicodeDecodeError) as err:
-            where = include.span if include else ast.Span(path)
-            self.errors.append(IncludeError(f"cannot read {path}: {err}", where))
+            if include is not None:
+                # Before anything else: a path outside the roots is refused, whatever it is.
+                require_within_roots(path, key, self.roots, where)
+            if key in self.stack:
+                cycle = " -> ".join(os.path.relpath(p) for p in self.stack[self.stack.index(key):])
+                raise IncludeError(f"include cycle: {cycle} -> {os.path.relpath(key)}", where)
+            if key in self.loaded:
+                return
+            if include is None:
+                text = read_named_file(path, where)
+            else:
+                text = read_included_file(path, key, where)
+        except IncludeError as err:
+            self.errors.append(err)
             return
         self.loaded.add(key)
         self.load_text(text, path, key)
@@ -99,7 +106,7 @@ class _Loader:
         module, errors = parse_recovering(text, path)
         self.errors.extend(errors)
         self.stack.append(key or path)
-        base = os.path.dirname(path) if path != "<string>" else os.getcwd()
+        base = _base_directory(path)
         for decl in module.declarations:
             if isinstance(decl, ast.Include):
                 self.load_file(os.path.normpath(os.path.join(base, decl.path)), decl)
@@ -107,13 +114,27 @@ class _Loader:
         self.program.modules.append(module)
 
 
+def _base_directory(path: str) -> str:
+    """The directory the includes of ``path`` are relative to (text: the working directory)."""
+    return os.path.dirname(path) if path != "<string>" else os.getcwd()
+
+
 def check_program(
-    paths: list[str] | None = None, *, text: str | None = None, text_path: str = "<string>"
+    paths: list[str] | None = None,
+    *,
+    text: str | None = None,
+    text_path: str = "<string>",
+    include_roots: Sequence[str | os.PathLike[str]] | None = None,
 ) -> tuple[Program, list[VigilError]]:
     """Load files (and/or one text) with their includes and check them all.
 
     Returns the program and every error found (syntax, include and semantic), each with its
     source text attached so it can render the offending line.
+
+    An ``include`` may read a file below the directory of one of ``paths`` (of ``text``: the
+    working directory) or below one of ``include_roots``, symlinks and ``..`` resolved; it
+    must be a regular file of at most 16 MiB. ``include_roots`` defaults to the directories in
+    ``$VIGIL_INCLUDE_PATH`` (:func:`query_lang.includes.default_include_roots`).
 
     Examples
     --------
@@ -128,7 +149,12 @@ def check_program(
       rule big from txn pattern a define a as amout > 500
                                               ^
     """
-    loader = _Loader()
+    if include_roots is None:
+        include_roots = default_include_roots()
+    entries = [*(paths or []), *([text_path] if text is not None else [])]
+    roots = [os.fspath(root) for root in include_roots]
+    roots += [_base_directory(path) or os.curdir for path in entries]
+    loader = _Loader(list(dict.fromkeys(os.path.realpath(root) for root in roots)))
     for path in paths or []:
         loader.load_file(path)
     if text is not None:
@@ -141,10 +167,17 @@ def check_program(
     return loader.program, errors
 
 
-def load_program(paths: list[str] | None = None, *, text: str | None = None,
-                 text_path: str = "<string>") -> Program:
+def load_program(
+    paths: list[str] | None = None,
+    *,
+    text: str | None = None,
+    text_path: str = "<string>",
+    include_roots: Sequence[str | os.PathLike[str]] | None = None,
+) -> Program:
     """Like :func:`check_program`, but raises :class:`ErrorList` when there is any error."""
-    program, errors = check_program(paths, text=text, text_path=text_path)
+    program, errors = check_program(
+        paths, text=text, text_path=text_path, include_roots=include_roots
+    )
     if errors:
         raise ErrorList(errors)
     return program

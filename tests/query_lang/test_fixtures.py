@@ -77,7 +77,7 @@ def test_each_error_shows_its_source_line_with_a_caret_at_the_column(path, monke
     monkeypatch.chdir(FIXTURES.parent.parent)
     path = path.relative_to(FIXTURES.parent.parent)
     lines = path.read_text(encoding="utf-8").splitlines()
-    _, errors = check_program([str(path)])
+    _, errors = check_program([str(path)], include_roots=[FIXTURES])
     assert errors
     for err in errors:
         head, source, caret = err.render().splitlines()
@@ -93,7 +93,7 @@ def test_invalid_file_reports_expected_errors(path, monkeypatch):
     # messages name other files relative to the repository root, as `vigil check` run there does
     monkeypatch.chdir(FIXTURES.parent.parent)
     path = path.relative_to(FIXTURES.parent.parent)
-    _, errors = check_program([str(path)])
+    _, errors = check_program([str(path)], include_roots=[FIXTURES])
     got = [(e.line, e.column, e.message) for e in errors]
     assert got == expected
     for err in errors:

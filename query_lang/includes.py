@@ -1,0 +1,167 @@
+"""Where an ``include`` may read from, and how a rule file is read.
+
+A rule file can only read rule files: an include resolves (symlinks and ``..`` followed) inside
+the directory of a file the caller named or inside an *include root*, names a regular file, and
+holds at most :data:`MAX_RULE_FILE_BYTES`. A refusal is an :class:`IncludeError` naming the path
+and the reason, never anything the refused file holds.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping, Sequence
+
+from query_lang.ast import Span
+from query_lang.errors import IncludeError
+
+__all__ = [
+    "INCLUDE_PATH_VARIABLE",
+    "MAX_RULE_FILE_BYTES",
+    "default_include_roots",
+    "read_included_file",
+    "read_named_file",
+    "require_within_roots",
+]
+
+MAX_RULE_FILE_BYTES = 16 * 1024 * 1024
+"""The largest rule file read (16 MiB); a larger one is an error, read no further than this."""
+
+INCLUDE_PATH_VARIABLE = "VIGIL_INCLUDE_PATH"
+"""The environment variable listing include roots, separated by ``os.pathsep``."""
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def default_include_roots(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The include roots when the caller gives none: the directories listed in
+    ``VIGIL_INCLUDE_PATH`` (none when it is unset or empty). The directories of the files a
+    caller names are roots in any case; the working directory is not, so where a process runs
+    never widens what its rule files may read."""
+    environ = os.environ if environ is None else environ
+    listed = environ.get(INCLUDE_PATH_VARIABLE) or ""
+    return tuple(root for root in listed.split(os.pathsep) if root)
+
+
+def read_named_file(path: str, where: Span) -> str:
+    """The text of a rule file the caller named: any readable file (``/dev/stdin`` too), read
+    no further than the size cap.
+
+    Raises
+    ------
+    IncludeError
+        At ``where``, when the file is missing, unreadable, too large or not UTF-8.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_RULE_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise IncludeError(f"file not found: {path}", where) from None
+    except OSError as err:
+        raise IncludeError(f"cannot read {path}: {_reason(err)}", where) from None
+    return _decode(data, f"cannot read {path}", where)
+
+
+def require_within_roots(path: str, real: str, roots: Sequence[str], where: Span) -> None:
+    """Refuse an included path that lies outside every root.
+
+    Parameters
+    ----------
+    path:
+        The included path as the including file names it, joined to that file's directory:
+        what messages show.
+    real:
+        ``os.path.realpath(path)``: what is checked (and later opened).
+    roots:
+        Real paths of the directories includes may read from (and below).
+    where:
+        The span of the ``include``.
+
+    Raises
+    ------
+    IncludeError
+        At ``where``, naming the path, what it resolves to and the roots.
+    """
+    if any(_inside(real, root) for root in roots):
+        return
+    resolved = f" (it resolves to {real})" if real != os.path.abspath(path) else ""
+    raise IncludeError(
+        f"cannot include {path}{resolved}: outside the directories rule files may include "
+        f"from ({', '.join(roots) or 'none'}); {INCLUDE_PATH_VARIABLE} adds more",
+        where,
+    )
+
+
+def read_included_file(path: str, real: str, where: Span) -> str:
+    """The text of the file an ``include`` names, once :func:`require_within_roots` passed:
+    a regular file of at most :data:`MAX_RULE_FILE_BYTES`, opened by its real path.
+
+    Raises
+    ------
+    IncludeError
+        At ``where`` (the ``include``), when the file is missing, is not a regular file, is
+        larger than the cap or is not UTF-8.
+    """
+    refused = f"cannot include {path}"
+    try:
+        before = os.stat(real)
+    except FileNotFoundError:
+        raise IncludeError(f"included file not found: {path}", where) from None
+    except OSError as err:
+        raise IncludeError(f"{refused}: {_reason(err)}", where) from None
+    # Refused before opening: opening a device or a pipe can block or act.
+    _require_rule_file(before, refused, where)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise IncludeError(f"{refused}: {_reason(err)}", where) from None
+    with os.fdopen(fd, "rb") as handle:
+        opened = os.fstat(handle.fileno())
+        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+            raise IncludeError(f"{refused}: it changed while being opened", where)
+        _require_rule_file(opened, refused, where)
+        data = handle.read(MAX_RULE_FILE_BYTES + 1)
+    return _decode(data, refused, where)
+
+
+def _inside(real: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([real, root]) == root
+    except ValueError:  # different drives
+        return False
+
+
+def _require_rule_file(info: os.stat_result, refused: str, where: Span) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+        raise IncludeError(f"{refused}: not a regular file ({kind})", where)
+    if info.st_size > MAX_RULE_FILE_BYTES:
+        raise IncludeError(f"{refused}: {info.st_size:,} bytes, {_over_cap()}", where)
+
+
+def _over_cap() -> str:
+    return f"over the {MAX_RULE_FILE_BYTES:,}-byte limit of a rule file"
+
+
+def _decode(data: bytes, refused: str, where: Span) -> str:
+    # The size a file reports can lie (/proc) or change while it is read.
+    if len(data) > MAX_RULE_FILE_BYTES:
+        raise IncludeError(f"{refused}: {_over_cap()}", where)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise IncludeError(f"{refused}: not UTF-8 text (line {line})", where) from None
+    # As reading in text mode did: universal newlines.
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or type(err).__name__
