@@ -10,7 +10,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
-from cep.alerts import AlertConfigError, Dispatcher, Outbox, replay, status
+from cep.alerts import AlertConfigError, Dispatcher, Outbox, OutboxError, replay, status
 from cep.alerts.routing import DEFAULT_OUTBOX, endpoints_from_program
 from cep.cli.arguments import EXIT_ERRORS, UsageError, expand_rule_paths
 from query_lang import check_program
@@ -46,10 +46,22 @@ def configure_parser(sub) -> None:
 
 
 def _open_existing(path: str) -> Outbox:
-
     if not os.path.exists(path):
         raise UsageError(f"no outbox at {path} (vigil run writes one; see --outbox)")
-    return Outbox(path)
+    try:
+        return Outbox(path)
+    except OutboxError as err:
+        raise UsageError(f"{err} (see --outbox)") from None
+
+
+def _require_endpoint(outbox: Outbox, name: str | None) -> None:
+    """A usage error unless ``name`` (``--endpoint``) is an endpoint of the outbox."""
+    if name is None:
+        return
+    known = sorted(status(outbox))
+    if name not in known:
+        listed = f"known: {', '.join(known)}" if known else "it has no endpoints yet"
+        raise UsageError(f"--endpoint {name!r}: no such endpoint in {outbox.path} ({listed})")
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -66,12 +78,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-
     since_ms = parse_iso_ms(args.since)
     if since_ms is None:
         raise UsageError(f"--since {args.since!r} is not an ISO-8601 time")
     since = datetime.fromtimestamp(since_ms / 1000, tz=UTC)
     with _open_existing(args.outbox) as outbox:
+        _require_endpoint(outbox, args.endpoint)
         count = replay(outbox, since, args.endpoint)
     print(f"queued {count} alert(s) for delivery again")
     return 0
@@ -93,11 +105,16 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         result = Dispatcher(outbox, list(endpoints.values())).drain(args.deadline)
     print(f"delivered {result.delivered}, retried {result.retried}, failed {result.failed}, "
           f"pending {result.pending}")
+    if result.unknown_endpoints:
+        # Not an error: a drain may cover some rule files only. Said, so none waits unexplained.
+        print(f"kept pending for {', '.join(result.unknown_endpoints)}: no webhook of that name "
+              f"in the rule files given")
     return 0
 
 
 def _cmd_log(args: argparse.Namespace) -> int:
     with _open_existing(args.outbox) as outbox:
+        _require_endpoint(outbox, args.endpoint)
         attempts = outbox.attempts(endpoint=args.endpoint)
     for a in attempts[-args.limit:]:
         print(json.dumps(dataclasses.asdict(a), default=str))
