@@ -68,7 +68,9 @@ def read_named_file(path: str, where: Span) -> str:
     return _decode(data, f"cannot read {path}", where)
 
 
-def require_within_roots(path: str, real: str, roots: Sequence[str], where: Span) -> None:
+def require_within_roots(
+    path: str, real: str, roots: Sequence[str], where: Span, *, refused: str | None = None
+) -> None:
     """Refuse an included path that lies outside every root.
 
     Parameters
@@ -82,6 +84,8 @@ def require_within_roots(path: str, real: str, roots: Sequence[str], where: Span
         Real paths of the directories includes may read from (and below).
     where:
         The span of the ``include``.
+    refused:
+        What the message says was refused (default ``cannot include PATH``).
 
     Raises
     ------
@@ -91,32 +95,44 @@ def require_within_roots(path: str, real: str, roots: Sequence[str], where: Span
     if any(_inside(real, root) for root in roots):
         return
     resolved = f" (it resolves to {real})" if real != os.path.abspath(path) else ""
+    refused = refused or f"cannot include {path}"
     raise IncludeError(
-        f"cannot include {path}{resolved}: outside the directories rule files may include "
+        f"{refused}{resolved}: outside the directories rule files may include "
         f"from ({', '.join(roots) or 'none'}); {INCLUDE_PATH_VARIABLE} adds more",
         where,
     )
 
 
-def read_included_file(path: str, real: str, where: Span) -> str:
-    """The text of the file an ``include`` names, once :func:`require_within_roots` passed:
-    a regular file of at most :data:`MAX_RULE_FILE_BYTES`, opened by its real path.
+def read_included_file(
+    path: str,
+    real: str,
+    where: Span,
+    *,
+    cap: int | None = None,
+    refused: str | None = None,
+) -> str:
+    """The text of the file an ``include`` (or a ``list ... from``) names, once
+    :func:`require_within_roots` passed: a regular file of at most ``cap`` bytes, opened by its
+    real path.
 
     Raises
     ------
     IncludeError
         At ``where`` (the ``include``), when the file is missing, is not a regular file, is
-        larger than the cap or is not UTF-8.
+        larger than the cap or is not UTF-8; ``refused`` (default ``cannot include PATH``)
+        starts the message.
     """
-    refused = f"cannot include {path}"
+    cap = MAX_RULE_FILE_BYTES if cap is None else cap
+    missing = f"{refused}: file not found" if refused else f"included file not found: {path}"
+    refused = refused or f"cannot include {path}"
     try:
         before = os.stat(real)
     except FileNotFoundError:
-        raise IncludeError(f"included file not found: {path}", where) from None
+        raise IncludeError(missing, where) from None
     except OSError as err:
         raise IncludeError(f"{refused}: {_reason(err)}", where) from None
     # Refused before opening: opening a device or a pipe can block or act.
-    _require_rule_file(before, refused, where)
+    _require_rule_file(before, refused, where, cap)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
@@ -126,9 +142,9 @@ def read_included_file(path: str, real: str, where: Span) -> str:
         opened = os.fstat(handle.fileno())
         if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
             raise IncludeError(f"{refused}: it changed while being opened", where)
-        _require_rule_file(opened, refused, where)
-        data = handle.read(MAX_RULE_FILE_BYTES + 1)
-    return _decode(data, refused, where)
+        _require_rule_file(opened, refused, where, cap)
+        data = handle.read(cap + 1)
+    return _decode(data, refused, where, cap)
 
 
 def _inside(real: str, root: str) -> bool:
@@ -138,22 +154,25 @@ def _inside(real: str, root: str) -> bool:
         return False
 
 
-def _require_rule_file(info: os.stat_result, refused: str, where: Span) -> None:
+def _require_rule_file(info: os.stat_result, refused: str, where: Span, cap: int) -> None:
     if not stat.S_ISREG(info.st_mode):
         kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
         raise IncludeError(f"{refused}: not a regular file ({kind})", where)
-    if info.st_size > MAX_RULE_FILE_BYTES:
-        raise IncludeError(f"{refused}: {info.st_size:,} bytes, {_over_cap()}", where)
+    if info.st_size > cap:
+        raise IncludeError(f"{refused}: {info.st_size:,} bytes, {_over_cap(cap)}", where)
 
 
-def _over_cap() -> str:
-    return f"over the {MAX_RULE_FILE_BYTES:,}-byte limit of a rule file"
+def _over_cap(cap: int | None = None) -> str:
+    if cap is None or cap == MAX_RULE_FILE_BYTES:
+        return f"over the {MAX_RULE_FILE_BYTES:,}-byte limit of a rule file"
+    return f"over the {cap:,}-byte limit"
 
 
-def _decode(data: bytes, refused: str, where: Span) -> str:
+def _decode(data: bytes, refused: str, where: Span, cap: int | None = None) -> str:
     # The size a file reports can lie (/proc) or change while it is read.
-    if len(data) > MAX_RULE_FILE_BYTES:
-        raise IncludeError(f"{refused}: {_over_cap()}", where)
+    cap = MAX_RULE_FILE_BYTES if cap is None else cap
+    if len(data) > cap:
+        raise IncludeError(f"{refused}: {_over_cap(cap)}", where)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

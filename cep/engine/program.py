@@ -17,6 +17,7 @@ from percolator.evaluate import field_predicate
 from query_lang import ast
 from query_lang.checks import check_declarations
 from query_lang.errors import ErrorList, IncludeError, VigilError, VigilNameError
+from query_lang.includes import default_include_roots, read_included_file, require_within_roots
 from query_lang.loader import check_program
 from sketches.bloom import BloomFilter
 
@@ -32,6 +33,10 @@ BLOOM_THRESHOLD = 100_000
 """Lists with more values than this are held in a Bloom filter instead of a set."""
 
 BLOOM_FALSE_POSITIVE_RATE = 1e-6
+
+MAX_LIST_FILE_BYTES = 1 << 30
+"""The largest ``list ... from`` file read (1 GiB: tens of millions of values, held in a Bloom
+filter); a larger one is an error, read no further than this."""
 
 
 def load_list(decl: ast.ListDecl) -> Any:
@@ -50,20 +55,17 @@ def load_list(decl: ast.ListDecl) -> Any:
         return frozenset(decl.values)
     path = Path(decl.path)
     declared_in = decl.span.file
-    if not path.is_absolute() and declared_in and declared_in != "<string>":
-        path = Path(declared_in).parent / path
-    try:
-        with open(path, encoding="utf-8") as handle:
-            values = [line.strip() for line in handle]
-    except OSError as exc:
-        raise IncludeError(
-            f"cannot read list '{decl.name}' from {str(path)!r}: {exc.strerror or exc}", decl.span
-        ) from None
-    except UnicodeDecodeError:
-        raise IncludeError(
-            f"list '{decl.name}' file {str(path)!r} is not UTF-8 text", decl.span
-        ) from None
-    values = [v for v in values if v]
+    home = Path(declared_in).parent if declared_in and declared_in != "<string>" else Path()
+    if not path.is_absolute():
+        path = home / path
+    # A list file is read as an included rule file is: below the declaring file's directory
+    # or an include root, a regular file, read no further than its cap.
+    real = os.path.realpath(path)
+    roots = [os.path.realpath(root) for root in (home, *default_include_roots())]
+    refused = f"cannot read list '{decl.name}' from {str(path)!r}"
+    require_within_roots(str(path), real, roots, decl.span, refused=refused)
+    text = read_included_file(str(path), real, decl.span, cap=MAX_LIST_FILE_BYTES, refused=refused)
+    values = [v for v in (line.strip() for line in text.split("\n")) if v]
     if len(values) <= BLOOM_THRESHOLD:
         return frozenset(values)
     return _bloom(values)

@@ -8,6 +8,7 @@ absence ``a !b``) so that the shell is tested on its own; ``TestRealRuntime`` ru
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -435,7 +436,8 @@ def test_lists_load_from_files_relative_to_the_rule_file(tmp_path) -> None:
 def test_large_lists_use_a_bloom_filter(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(program, "BLOOM_THRESHOLD", 10)
     (tmp_path / "big.txt").write_text("\n".join(f"v{i}" for i in range(100)))
-    container = load_list(ast.ListDecl("big", path=str(tmp_path / "big.txt")))
+    declared_in = ast.Span(str(tmp_path / "r.vigil"), 1)  # list files are read below it
+    container = load_list(ast.ListDecl("big", path=str(tmp_path / "big.txt"), span=declared_in))
     assert not isinstance(container, frozenset)
     assert all(f"v{i}" in container for i in range(100))
     assert sum(f"w{i}" in container for i in range(1000)) < 5
@@ -930,3 +932,28 @@ def test_a_batch_whose_every_row_is_bad_after_a_good_one_is_dead_lettered() -> N
     engine.close()
     assert [m["name"] for m in engine.drain()] == ["big"]
     assert [d["reason"] for d in engine.dead_letters()] == ["wrong_type"]
+
+
+def test_a_list_file_is_read_as_an_included_rule_file_is(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("VIGIL_INCLUDE_PATH", raising=False)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "cards.txt").write_text("c1\n\nc2\n")
+    stream = "stream t (card string, ts timestamp) time ts\n"
+    path = rules / "ok.vigil"
+    path.write_text(stream + 'list cards from "cards.txt"\n'
+                    "rule r from t pattern a define a as card in cards\n")
+    engine = Engine()
+    assert engine.register(str(path)) == ["r"]
+    os.mkfifo(rules / "pipe.txt")
+    for target, reason in [("/dev/zero", "outside the directories"),
+                           ("../outside.txt", "outside the directories"),
+                           ("pipe.txt", "not a regular file (a named pipe)")]:
+        (tmp_path / "outside.txt").write_text("x\n")
+        bad = rules / "bad.vigil"
+        bad.write_text(stream + f'list leak from "{target}"\n')
+        with pytest.raises(VigilError) as caught:
+            Engine().register(str(bad))
+        message = str(caught.value)
+        assert "cannot read list 'leak'" in message and reason in message
+        assert f"{bad}:2:1" in message
