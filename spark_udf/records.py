@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from cep.events.identity import canonical_json, content_id
+from cep.events.identity import canonical_id, canonical_json
 from query_lang import timestamps
 
 __all__ = [
@@ -109,7 +109,7 @@ def match_record(match: Mapping[str, Any]) -> dict[str, Any]:
         name = match.get(kind, match.get("rule"))
     match_id = match.get("match_id")
     if not match_id:
-        match_id = content_id(dict(match))
+        match_id = canonical_id(payload)
     key = match.get("key")
     return {
         "kind": kind,
@@ -140,7 +140,7 @@ def dead_letter_record(
     return {
         "kind": DEAD_LETTER,
         "name": str(letter.get("reason", "unknown")),
-        "match_id": content_id(dict(letter)),
+        "match_id": canonical_id(payload),
         "key": key_text(key),
         "payload": payload,
         "start_ms": time_ms,

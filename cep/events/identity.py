@@ -22,7 +22,7 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["canonical_json", "content_id"]
+__all__ = ["canonical_id", "canonical_json", "content_id"]
 
 
 def canonical_json(value: Any, *, ascii_only: bool = False) -> str:
@@ -49,5 +49,16 @@ def content_id(value: Any, *, ascii_only: bool = False) -> str:
     >>> content_id(["metric", "m", 1, {"k": "x"}, 0, 60000, 0])
     '5f4a6c9c624c1809eb1aa26ccf9239ab'
     """
-    text = canonical_json(value, ascii_only=ascii_only)
+    return canonical_id(canonical_json(value, ascii_only=ascii_only))
+
+
+def canonical_id(text: str) -> str:
+    """The ``match_id`` of a value whose canonical JSON is ``text`` (for callers that already
+    hold it: :func:`content_id` of the value is the same).
+
+    Examples
+    --------
+    >>> canonical_id(canonical_json({"k": "x"})) == content_id({"k": "x"})
+    True
+    """
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
