@@ -11,6 +11,11 @@ subprocess of its own virtualenv reading the same file::
 
 Workloads: W1 card testing (relaxed, selective conditions), W2 V-shape (strict, ``prev``),
 W3 unpaid order (trailing absence), W4 a three-step ``contiguity any`` pattern in a short window.
+
+``--caps 1000,2000,5000`` adds the worst case of the ``max_partials`` cap (issue #19): ``a b+ c``
+with ``contiguity any`` on one key whose events are almost all ``b``, so every event extends every
+kept partial match; it is timed on the key's runtime once the cap is reached, against
+``partials latest`` and ``relaxed`` on the same events (``--workloads ''`` runs it alone).
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
+import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cep.engine.engine import Engine  # noqa: E402
+from cep.events.event import Event  # noqa: E402
+from cep.nfa.compiler import compile_rule  # noqa: E402
+from cep.nfa.runtime import RuleState, new_state, process_event  # noqa: E402
+from query_lang import parse  # noqa: E402
 
 STREAM = """
 stream ev (id int, key string, kind string, amount float, merchant string, price float,
@@ -84,6 +95,24 @@ DESCRIPTIONS = {
     "W3": "unpaid order: `placed !paid` within 15m (trailing absence)",
     "W4": "`a b c` contiguity any, within 1m",
 }
+
+CAP_RULE = """
+rule c1_any_at_cap "login, then resets, then logout: every reset extends every partial match"
+  from ev by key
+  pattern a b+ c
+  contiguity {contiguity}
+  partials {partials}
+  define a as kind == "login",
+         b as kind == "reset",
+         c as kind == "logout"
+"""
+
+#: The cap case and its two references on the same events: (label, contiguity, partials).
+CAP_VARIANTS = (
+    ("any, partials all", "any", "all"),
+    ("any, partials latest", "any", "latest"),
+    ("relaxed, partials all", "relaxed", "all"),
+)
 
 KINDS = ["browse", "order", "payment", "login", "reset", "logout"]
 KIND_P = [0.885, 0.03, 0.025, 0.025, 0.02, 0.015]
@@ -168,6 +197,170 @@ def run_engine(workload: str, frame: pd.DataFrame, batch_rows: int) -> Result:
     return Result(workload, len(frame), seconds, cpu_seconds, matches, engine.stats.late)
 
 
+# ---------------------------------------------------------------------- the cap's worst case
+
+
+@dataclass
+class CapResult:
+    label: str
+    cap: int
+    warm: int
+    events: int
+    seconds: float
+    cpu_seconds: float
+    kept: int
+    dropped: int
+    state_bytes: int
+    matches: int
+
+    @property
+    def cpu_rate(self) -> float:
+        return self.events / self.cpu_seconds if self.cpu_seconds else float("inf")
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds else float("inf")
+
+
+def cap_events(n: int) -> list[Event]:
+    """One key: a login, then resets with a login every 100 events, and no logout."""
+    return [
+        Event(i, "ev", i, i, {"id": i, "key": "k0", "kind": "reset" if i % 100 else "login"})
+        for i in range(n)
+    ]
+
+
+def run_cap(
+    label: str, contiguity: str, partials: str, cap: int, timed: int, warm: int | None
+) -> CapResult:
+    """Feed one key's runtime ``warm`` events, then time the next ``timed``.
+
+    ``warm=None`` warms up until the cap has dropped a partial match, so every timed event
+    runs at the cap.
+    """
+    stream, decl = parse(
+        STREAM + CAP_RULE.format(contiguity=contiguity, partials=partials)
+    ).declarations
+    rule = compile_rule(decl, streams={stream.name: stream}, max_partials=cap)
+    state = new_state(rule)
+    events = cap_events((warm if warm is not None else 4 * cap.bit_length()) + timed)
+    matches = i = 0
+    while state.dropped_partials == 0 if warm is None else i < warm:
+        matches += len(process_event(rule, state, events[i]))
+        i += 1
+    started, cpu_started = time.perf_counter(), time.process_time()
+    for event in events[i : i + timed]:
+        matches += len(process_event(rule, state, event))
+    seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
+    return CapResult(
+        label, cap, i, timed, seconds, cpu_seconds, state.partial_count,
+        state.dropped_partials, len(state.to_bytes()), matches,
+    )
+
+
+def run_caps(caps: list[int], timed: int) -> list[CapResult]:
+    out = []
+    for cap in caps:
+        warm = None
+        for label, contiguity, partials in CAP_VARIANTS:
+            result = run_cap(label, contiguity, partials, cap, timed, warm)
+            warm = result.warm
+            out.append(result)
+            print(
+                f"cap {cap:,} {label}: {result.cpu_rate:,.0f} events/s CPU after {warm} "
+                f"warm-up events, {result.kept:,} kept, {result.dropped:,} dropped",
+                file=sys.stderr,
+            )
+    return out
+
+
+FOOTPRINT_RULE = """
+rule c2_footprint "login, reset, logout in any combination"
+  from ev by key
+  pattern a b c
+  contiguity any
+  define a as kind == "login",
+         b as kind == "reset",
+         c as kind == "logout"
+"""
+
+
+def cap_footprint(cap: int, repeats: int = 5) -> dict[str, float]:
+    """What ``cap`` partial matches of ``a b c`` (``contiguity any``, one key) cost: memory per
+    partial match (tracemalloc), state bytes, one ``b`` extending them all (then the cap drops
+    as many), and decoding the state (docs/semantics.md, section 4)."""
+    stream, decl = parse(STREAM + FOOTPRINT_RULE).declarations
+    rule = compile_rule(decl, streams={stream.name: stream}, max_partials=cap)
+    logins = [
+        Event(i, "ev", i, i, {"id": i, "key": "k0", "kind": "login"}) for i in range(cap)
+    ]
+    reset = Event(cap, "ev", cap, cap, {"id": cap, "key": "k0", "kind": "reset"})
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    state = new_state(rule)
+    for event in logins:
+        process_event(rule, state, event)
+    memory = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    data = state.to_bytes()
+    event_s, decode_s = [], []
+    for _ in range(repeats):
+        started = time.process_time()
+        fresh = RuleState.from_bytes(data, rule)
+        decode_s.append(time.process_time() - started)
+        started = time.process_time()
+        process_event(rule, fresh, reset)
+        event_s.append(time.process_time() - started)
+    return {
+        "cap": cap, "bytes_per_partial": memory / cap, "memory_mb": memory / 1e6,
+        "state_kb": len(data) / 1e3, "event_ms": statistics.median(event_s) * 1e3,
+        "decode_ms": statistics.median(decode_s) * 1e3,
+    }
+
+
+def footprint_report(caps: list[int]) -> list[str]:
+    lines = [
+        "",
+        "What the cap keeps: `a b c`, `contiguity any`, one key, `cap` logins (one partial "
+        "match each), then one reset that extends them all (CPU time, median of 5).",
+        "",
+        "| partial matches | memory | bytes each | state bytes (compressed) | one event "
+        "| decode the state |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for cap in caps:
+        f = cap_footprint(cap)
+        lines.append(
+            f"| {cap:,} | {f['memory_mb']:.2f} MB | {f['bytes_per_partial']:.0f} | "
+            f"{f['state_kb']:.0f} KB | {f['event_ms']:.2f} ms | {f['decode_ms']:.1f} ms |"
+        )
+    return lines
+
+
+def cap_report(results: list[CapResult]) -> list[str]:
+    lines = [
+        "",
+        "Worst case of the partials cap (issue #19): `a b+ c` on one key, a login then resets "
+        "(a login every 100 events, no logout); timed once the `contiguity any` rule has "
+        "reached its cap, the references on the same events.",
+        "",
+        "| rule | cap | events timed | events/s (CPU) | µs per event | µs per kept partial "
+        "| kept | dropped | state bytes | `any, all` / this |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    capped: dict[int, CapResult] = {}  # per cap, the `any, partials all` run (listed first)
+    for r in results:
+        base = capped.setdefault(r.cap, r)
+        per_event = 1e6 / r.cpu_rate
+        lines.append(
+            f"| {r.label} | {r.cap:,} | {r.events:,} | {r.cpu_rate:,.0f} | {per_event:,.1f} | "
+            f"{per_event / max(r.kept, 1):.2f} | {r.kept:,} | {r.dropped:,} | "
+            f"{r.state_bytes:,} | {base.cpu_rate / r.cpu_rate:.3f}x |"
+        )
+    return lines
+
+
 # ---------------------------------------------------------------------- peers
 
 
@@ -209,7 +402,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--peer-timeout", type=float, default=1800.0)
     parser.add_argument("--markdown", help="write the results table to this file")
+    parser.add_argument(
+        "--caps", default="", help="max_partials values for the cap's worst case (issue #19)"
+    )
+    parser.add_argument(
+        "--cap-events", type=int, default=300, help="events timed at the cap, per rule and cap"
+    )
     args = parser.parse_args(argv)
+    workloads = [w for w in args.workloads.split(",") if w]
+    caps = [int(c) for c in args.caps.split(",") if c]
+    if not workloads:
+        table = "\n".join(
+            cap_report(run_caps(caps, args.cap_events)) + footprint_report(caps)
+        ) + "\n"
+        print(table)
+        if args.markdown:
+            Path(args.markdown).write_text(table)
+        return 0
 
     data_dir = Path(args.data)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -230,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     load_seconds = time.perf_counter() - load_started
 
     results: dict[str, Result] = {}
-    for workload in args.workloads.split(","):
+    for workload in workloads:
         result = run_engine(workload, frame, args.batch)
         results[workload] = result
         print(
@@ -253,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
         cache.write_text(json.dumps(peers))
 
     table = report(args, results, peers, load_seconds)
+    if caps:
+        table += "\n".join(
+            cap_report(run_caps(caps, args.cap_events)) + footprint_report(caps)
+        ) + "\n"
     print(table)
     if args.markdown:
         Path(args.markdown).write_text(table)

@@ -48,14 +48,11 @@ def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, tuple[Any, .
             out[name] = (value,)
         elif isinstance(value, list | tuple):
             items = tuple(v for v in value if v is not None)
-            for item in items:
-                if not isinstance(item, _SCALARS):
-                    raise InvalidDocumentError(
-                        f"field {name!r} holds a {type(item).__name__} inside a list; only "
-                        "strings, numbers and booleans can be searched"
-                    )
-            if items:
-                out[name] = items
+            if all(isinstance(item, _SCALARS) for item in items):
+                if items:
+                    out[name] = items
+            else:
+                _flatten_list(items, name, out)
         else:
             raise InvalidDocumentError(
                 f"field {name!r} holds a {type(value).__name__}; only strings, numbers, "
@@ -63,12 +60,42 @@ def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, tuple[Any, .
             )
 
 
+def _flatten_list(items: tuple[Any, ...], name: str, out: dict[str, tuple[Any, ...]]) -> None:
+    """A list holding lists or objects, as Elasticsearch indexes one: nested lists are laid
+    end to end (``[[1, 2], [3]]`` is ``[1, 2, 3]``) and the fields of its objects become
+    dotted names holding every object's values in order (``[{"a": 1}, {"a": 2}]`` gives
+    ``name.a`` the values 1 and 2)."""
+    found: dict[str, list[Any]] = {}
+    pending = list(reversed(items))
+    while pending:
+        item = pending.pop()
+        if item is None:
+            continue
+        if isinstance(item, _SCALARS):
+            found.setdefault(name, []).append(item)
+        elif isinstance(item, list | tuple):
+            pending.extend(reversed(item))
+        elif isinstance(item, Mapping):
+            fields: dict[str, tuple[Any, ...]] = {}
+            _flatten(item, name + ".", fields)
+            for field, values in fields.items():
+                found.setdefault(field, []).extend(values)
+        else:
+            raise InvalidDocumentError(
+                f"field {name!r} holds a {type(item).__name__} inside a list; only strings, "
+                "numbers, booleans, lists and objects can be searched"
+            )
+    for field, values in found.items():
+        out[field] = tuple(values)
+
+
 class AnalyzedDocument:
     """One document (a mapping of field to value) seen through a schema, analysed on demand.
 
     Null values and empty lists count as absent. Nested objects are flattened to dotted field
-    names. Character offsets of a field with several values count into the values joined by
-    one newline.
+    names, and so are objects inside lists; lists inside lists are laid end to end (as
+    Elasticsearch indexes them). Character offsets of a field with several values count into
+    the values joined by one newline.
     """
 
     __slots__ = (

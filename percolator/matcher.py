@@ -38,7 +38,8 @@ def match_id(name: str, document_id: str) -> str:
     """Deterministic id of the match of query ``name`` on document ``document_id``.
 
     The hex xxh3-128 digest (seed 0) of ``"query\\x00" + name + "\\x00" + document_id`` in
-    UTF-8: the same pair always yields the same id, in every process, so replays deduplicate.
+    UTF-8 (a lone surrogate, which JSON's ``\\ud800`` escapes can make, encoded as is): the
+    same pair always yields the same id, in every process, so replays deduplicate.
 
     Examples
     --------
@@ -47,7 +48,7 @@ def match_id(name: str, document_id: str) -> str:
     >>> len(match_id("acme_news", "d1"))
     32
     """
-    data = f"query\x00{name}\x00{document_id}".encode()
+    data = f"query\x00{name}\x00{document_id}".encode("utf-8", "surrogatepass")
     return xxhash.xxh3_128_hexdigest(data, seed=0)
 
 

@@ -8,6 +8,7 @@ from query_lang.errors import (
     ErrorList,
     IncludeError,
     VigilError,
+    VigilLimitError,
     VigilNameError,
     VigilSyntaxError,
     VigilTypeError,
@@ -36,6 +37,7 @@ __all__ = [
     "VigilNameError",
     "VigilTypeError",
     "VigilValueError",
+    "VigilLimitError",
     "IncludeError",
     "ErrorList",
 ]

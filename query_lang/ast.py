@@ -454,6 +454,28 @@ class PatQuant(Node):
 
 Pattern = Union[PatVar, PatAbsent, PatSeq, PatAlt, PatQuant]
 
+
+def nullable(p: Pattern) -> bool:
+    """Whether ``p`` can match without taking an event (``a?``, ``a*``, ``!x``, ``(a? | b)``).
+
+    The checks and the NFA compiler both decide by it where a pattern can end, so that a
+    trailing ``!x`` that only nullable elements follow needs ``within`` in both.
+
+    Examples
+    --------
+    >>> nullable(PatSeq((PatQuant(PatVar("a"), 0, 1), PatAbsent("x")))), nullable(PatVar("a"))
+    (True, False)
+    """
+    if isinstance(p, PatVar):
+        return False
+    if isinstance(p, PatAbsent):
+        return True
+    if isinstance(p, PatSeq):
+        return all(nullable(i) for i in p.items)
+    if isinstance(p, PatAlt):
+        return any(nullable(o) for o in p.options)
+    return p.min == 0 or nullable(p.inner)
+
 # ---------------------------------------------------------------- declarations
 
 FIELD_TYPES = ("string", "int", "float", "bool", "timestamp", "text", "list<string>")
@@ -480,6 +502,8 @@ class StreamDecl(Node):
     time_unit: TypingLiteral["s", "ms"] | None = None
     lateness: Duration | None = None
     id_field: str | None = None
+    # How far an event time may run ahead of the wall clock; None: the engine's default.
+    ahead: Duration | None = None
     span: Span = _span()
 
     def field_type(self, name: str) -> str | None:

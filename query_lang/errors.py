@@ -59,13 +59,25 @@ class VigilError(Exception):
         text = source_line(self.source, self.line)
         if text is None:
             return head
-        caret = " " * (max(self.column, 1) - 1) + "^"
+        column = max(self.column, 1)
+        if len(text) > _SHOWN_LINE:
+            # A generated line can run to megabytes: show the part around the column.
+            start = max(0, min(column - 1 - _SHOWN_LINE // 2, len(text) - _SHOWN_LINE))
+            shown = text[start : start + _SHOWN_LINE]
+            before = "..." if start > 0 else ""
+            after = "..." if start + _SHOWN_LINE < len(text) else ""
+            text, column = before + shown + after, column - start + len(before)
+        caret = " " * (column - 1) + "^"
         return f"{head}\n  {text}\n  {caret}"
 
     def __str__(self) -> str:
         if not self.span:
             return self.message
         return f"{self.location()}: {self.message}"
+
+
+# The most characters of a source line an error shows; a longer line is cut around the column.
+_SHOWN_LINE = 120
 
 
 def source_line(source: str | None, line: int) -> str | None:
@@ -108,6 +120,28 @@ class VigilValueError(VigilError, ValueError):
 
 class IncludeError(VigilError, OSError):
     """An ``include`` names a missing file or forms a cycle."""
+
+
+class VigilLimitError(VigilError, ValueError):
+    """Valid input beyond one of the compile limits of :mod:`query_lang.limits`: too many
+    pattern variables or steps, nested too deeply, a duration or a number too long.
+
+    ``limit`` names the limit (the constant of :mod:`query_lang.limits`), ``value`` is what was
+    found (for a nesting depth: the depth at which reading stopped).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        span: Span | None = None,
+        source: str | None = None,
+        *,
+        limit: str = "",
+        value: int | None = None,
+    ):
+        super().__init__(message, span, source)
+        self.limit = limit
+        self.value = value
 
 
 @dataclass

@@ -11,14 +11,19 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from query_lang.ast import Span
+from query_lang.ast import ListDecl, Span
 from query_lang.errors import IncludeError
 
 __all__ = [
     "INCLUDE_PATH_VARIABLE",
+    "MAX_LIST_FILE_BYTES",
     "MAX_RULE_FILE_BYTES",
+    "check_list_file",
     "default_include_roots",
+    "list_file",
+    "read_list_file",
     "read_included_file",
     "read_named_file",
     "require_within_roots",
@@ -26,6 +31,10 @@ __all__ = [
 
 MAX_RULE_FILE_BYTES = 16 * 1024 * 1024
 """The largest rule file read (16 MiB); a larger one is an error, read no further than this."""
+
+MAX_LIST_FILE_BYTES = 1 << 30
+"""The largest ``list ... from`` file read (1 GiB: tens of millions of values, held in a Bloom
+filter); a larger one is an error, read no further than this."""
 
 INCLUDE_PATH_VARIABLE = "VIGIL_INCLUDE_PATH"
 """The environment variable listing include roots, separated by ``os.pathsep``."""
@@ -123,6 +132,13 @@ def read_included_file(
         starts the message.
     """
     cap = MAX_RULE_FILE_BYTES if cap is None else cap
+    with _open_checked(path, real, where, cap, refused) as handle:
+        data = handle.read(cap + 1)
+    return _decode(data, refused or f"cannot include {path}", where, cap)
+
+
+def _open_checked(path: str, real: str, where: Span, cap: int, refused: str | None):
+    """``real`` opened for reading once it is known to be a regular file within ``cap``."""
     missing = f"{refused}: file not found" if refused else f"included file not found: {path}"
     refused = refused or f"cannot include {path}"
     try:
@@ -138,13 +154,66 @@ def read_included_file(
         fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
         raise IncludeError(f"{refused}: {_reason(err)}", where) from None
-    with os.fdopen(fd, "rb") as handle:
-        opened = os.fstat(handle.fileno())
+    handle = os.fdopen(fd, "rb")
+    opened = os.fstat(handle.fileno())
+    try:
         if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
             raise IncludeError(f"{refused}: it changed while being opened", where)
         _require_rule_file(opened, refused, where, cap)
-        data = handle.read(cap + 1)
-    return _decode(data, refused, where, cap)
+    except IncludeError:
+        handle.close()
+        raise
+    return handle
+
+
+def list_file(decl: ListDecl) -> tuple[str, str, str]:
+    """Where a ``list NAME from "path"`` reads, as an include is read: the path (relative to
+    the declaring file, for messages), its real path, and what a refusal says; refused when it
+    lies outside the declaring file's directory and the include roots.
+
+    Raises
+    ------
+    IncludeError
+        At the declaration, when the path lies outside every root.
+    """
+    declared_in = decl.span.file
+    home = Path(declared_in).parent if declared_in and declared_in != "<string>" else Path()
+    path = Path(decl.path or "")
+    if not path.is_absolute():
+        path = home / path
+    real = os.path.realpath(path)
+    roots = [os.path.realpath(root) for root in (home, *default_include_roots())]
+    refused = f"cannot read list '{decl.name}' from {str(path)!r}"
+    require_within_roots(str(path), real, roots, decl.span, refused=refused)
+    return str(path), real, refused
+
+
+def read_list_file(decl: ListDecl) -> str:
+    """The text of a ``list ... from`` file (:func:`list_file`), at most
+    :data:`MAX_LIST_FILE_BYTES`.
+
+    Raises
+    ------
+    IncludeError
+        At the declaration, when the file is refused, missing, not a regular file, too large or
+        not UTF-8.
+    """
+    path, real, refused = list_file(decl)
+    return read_included_file(path, real, decl.span, cap=MAX_LIST_FILE_BYTES, refused=refused)
+
+
+def check_list_file(decl: ListDecl) -> None:
+    """What ``vigil check`` learns of a ``list ... from`` file without reading it: that
+    :func:`read_list_file` will find it within the roots, a regular file it may open, within
+    the size cap. (Whether it is UTF-8 only reading it tells.)
+
+    Raises
+    ------
+    IncludeError
+        As :func:`read_list_file` does.
+    """
+    path, real, refused = list_file(decl)
+    _open_checked(path, real, decl.span, MAX_LIST_FILE_BYTES, refused).close()
 
 
 def _inside(real: str, root: str) -> bool:

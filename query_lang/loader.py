@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 
 from query_lang import ast
 from query_lang.checks import check_declarations
-from query_lang.errors import ErrorList, IncludeError, VigilError
+from query_lang.errors import ErrorList, IncludeError, VigilError, VigilLimitError
 from query_lang.includes import (
+    check_list_file,
     default_include_roots,
     read_included_file,
     read_named_file,
     require_within_roots,
 )
+from query_lang.limits import MAX_INCLUDE_DEPTH
 from query_lang.parser import parse_recovering
 
 
@@ -91,6 +93,13 @@ class _Loader:
                 raise IncludeError(f"include cycle: {cycle} -> {os.path.relpath(key)}", where)
             if key in self.loaded:
                 return
+            if include is not None and len(self.stack) >= MAX_INCLUDE_DEPTH:
+                self.errors.append(VigilLimitError(
+                    f"cannot include {path}: a chain of more than {MAX_INCLUDE_DEPTH} included "
+                    "files (include depth)",
+                    where, limit="MAX_INCLUDE_DEPTH", value=len(self.stack) + 1,
+                ))
+                return
             if include is None:
                 text = read_named_file(path, where)
             else:
@@ -110,6 +119,12 @@ class _Loader:
         for decl in module.declarations:
             if isinstance(decl, ast.Include):
                 self.load_file(os.path.normpath(os.path.join(base, decl.path)), decl)
+            elif isinstance(decl, ast.ListDecl) and decl.path is not None:
+                # As the engine will read it (query_lang.includes.read_list_file).
+                try:
+                    check_list_file(decl)
+                except IncludeError as err:
+                    self.errors.append(err)
         self.stack.pop()
         self.program.modules.append(module)
 

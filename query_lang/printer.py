@@ -140,6 +140,8 @@ def _stream(s: ast.StreamDecl) -> list[_Line]:
             tail += f" unit {s.time_unit}"
     if s.lateness is not None:
         tail += f" lateness {print_duration(s.lateness)}"
+    if s.ahead is not None:
+        tail += f" ahead {print_duration(s.ahead)}"
     if s.id_field:
         tail += f" id {s.id_field}"
     lines.append(("options", 0, tail))

@@ -90,7 +90,8 @@ def transform(node: N, fn: Callable[[Node], Node]) -> N:
     applied to the node (rebuilt with :func:`dataclasses.replace` where a child changed).
 
     ``fn`` returns its argument to keep a node. Nothing is copied when nothing changes: the
-    result is then ``node`` itself. Spans are kept.
+    result is then ``node`` itself. Spans are kept. ``fn`` meets the nodes in post-order, left
+    to right; iterative, so any depth is rebuilt.
 
     Examples
     --------
@@ -100,21 +101,37 @@ def transform(node: N, fn: Callable[[Node], Node]) -> N:
     >>> transform(BinOp("+", FieldRef("x"), Literal(1)), rename)
     BinOp(op='+', left=FieldRef(name='y', qualifier=None), right=Literal(value=1))
     """
-    changes = {}
-    for name in _child_fields(type(node)):
-        value = getattr(node, name)
-        new = _transform_value(value, fn)
-        if new is not value:
-            changes[name] = new
-    rebuilt = dataclasses.replace(node, **changes) if changes else node
-    return fn(rebuilt)
+    # Pre-order with the last child first; reversed, it is post-order with the first first.
+    order: list[tuple[Node, int]] = []
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        found = _children(current)
+        order.append((current, len(found)))
+        pending.extend(found)
+    done: list[Node] = []
+    for current, count in reversed(order):
+        results = iter(done[len(done) - count:]) if count else iter(())
+        if count:
+            del done[len(done) - count:]
+        changes = {}
+        for name in _child_fields(type(current)):
+            value = getattr(current, name)
+            new = _rebuilt_value(value, results)
+            if new is not value:
+                changes[name] = new
+        rebuilt = dataclasses.replace(current, **changes) if changes else current
+        done.append(fn(rebuilt))
+    return done[0]  # type: ignore[return-value]
 
 
-def _transform_value(value: Any, fn: Callable[[Node], Node]) -> Any:
+def _rebuilt_value(value: Any, results: Iterator[Node]) -> Any:
+    """``value`` with each node in it (directly or in tuples and lists) replaced by the next of
+    ``results``, the transformed children in :func:`_children` order."""
     if isinstance(value, Node):
-        return transform(value, fn)
+        return next(results)
     if isinstance(value, tuple | list):
-        items = [_transform_value(item, fn) for item in value]
+        items = [_rebuilt_value(item, results) for item in value]
         if any(new is not old for new, old in zip(items, value, strict=True)):
             return type(value)(items)
     return value

@@ -9,6 +9,14 @@ STRING, INT, FLOAT, BOOL, TIMESTAMP, DURATION, LIST, NULL, ANY = (
 
 NUMERIC = frozenset({INT, FLOAT})
 
+UNKEYED_FIELD_TYPES = frozenset({"list<string>"})
+"""Declared field types a rule cannot be partitioned by (``by``): a list holds several values,
+so it names no one partition (and cannot be hashed into one)."""
+
+UNGROUPED_FIELD_TYPES = UNKEYED_FIELD_TYPES | {"text"}
+"""Declared field types a metric cannot group by: a list, and a ``text`` document (searched by
+its words, never the name of one group)."""
+
 
 def from_field_type(type_name: str) -> str:
     """The expression type of a declared field type."""

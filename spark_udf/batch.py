@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events.event import EventReason, dead_letter
+from cep.events.event import BadEventError, EventReason, dead_letter, parse_json_line
 from cep.events.keyed import KeyedProcessor, ProcessResult
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, iso_ms
 from spark_udf.bucket_state import BucketState
@@ -146,17 +146,11 @@ def frame_events(
     seqs = columns.get(SEQ_COLUMN, [None] * n)
     for i, text in enumerate(texts):
         try:
-            value = json.loads(text) if isinstance(text, str) else None
-        except ValueError as exc:
+            # As the embedded engine reads a line (a null row is JSON null: not an object).
+            value = parse_json_line(text if isinstance(text, str) else "null")
+        except BadEventError as exc:
             dead.append(
-                dead_letter(EventReason.INVALID_JSON, f"not valid JSON: {exc}", line=seqs[i],
-                            raw=text)
-            )
-            events.append(None)
-            continue
-        if not isinstance(value, dict):
-            dead.append(
-                dead_letter(EventReason.NOT_AN_OBJECT, "expected a JSON object", line=seqs[i],
+                dead_letter(exc.reason, exc.detail, line=seqs[i],
                             raw=text if isinstance(text, str) else None)
             )
             events.append(None)
@@ -192,9 +186,13 @@ class _StreamFilter:
         if self._wants is None:
             return True
         stream = event.get(STREAM_COLUMN)
+        if stream is None:
+            return True  # the processor reports an event naming no stream
+        if not isinstance(stream, str):
+            return False  # names no stream this processor reads, as an undeclared name
         known = self._known.get(stream)
         if known is None:
-            known = self._known[stream] = not isinstance(stream, str) or self._wants(stream)
+            known = self._known[stream] = self._wants(stream)
         return known
 
 
@@ -259,12 +257,27 @@ def _group_by_key(
             run.late += 1
             run.records.append(_late_record(event, times[i], watermark_ms, key))
             continue
-        group = groups.get(key)
+        try:
+            group = groups.get(key)
+        except TypeError:
+            # A list or object where a key value belongs: validation refuses the event (key
+            # fields hold single values), which the processor reports under this key.
+            key = _frozen(key)
+            group = groups.get(key)
         if group is None:
             group = groups[key] = ([], [])
         group[0].append(event)
         group[1].append(times[i])
     return groups
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with its lists as tuples and its objects as sorted item tuples: hashable."""
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    return value
 
 
 def _late_record(

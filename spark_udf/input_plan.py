@@ -12,6 +12,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cep.events.time_bounds import (
+    DEFAULT_AHEAD_MS,
+    EARLIEST_MS,
+    LATEST_EVENT_MS,
+    fixed_clock_ms,
+)
 from spark_udf.batch import (
     BUCKET_COLUMN,
     END_MARK_MS,
@@ -26,6 +32,7 @@ from spark_udf.routing import JsonRoute, StreamRoute
 
 __all__ = [
     "DetectPlan",
+    "ahead_of",
     "check_reserved",
     "column_types",
     "json_route",
@@ -37,6 +44,11 @@ __all__ = [
 _KEY_PREFIX = "_vigil_k"
 _JSON_PREFIX = "_vigil_j"
 _UNITS_MS = {"ms": 1, "s": 1000}
+_MAX_AHEAD_MS = 2**62  # a wider bound is no bound, and wall clock plus it still fits a long
+
+AheadMs = int | Mapping[str, int]
+"""How far event times may run ahead of the wall clock: one bound, or one per stream (streams
+not named get :data:`~cep.events.time_bounds.DEFAULT_AHEAD_MS`)."""
 
 
 @dataclass(frozen=True)
@@ -137,24 +149,56 @@ def _per_stream(
     return expr
 
 
+def ahead_of(processor: object) -> dict[str, int]:
+    """Each stream's ``ahead`` bound (ms), as the processor's stream schemas hold them (none
+    for a processor without schemas, or a factory of processors).
+
+    Examples
+    --------
+    >>> from spark_udf.rules import processor_specs
+    >>> (spec,), _ = processor_specs('''
+    ... stream txn (card_id string, ts timestamp) time ts ahead 1h
+    ... rule r from txn by card_id pattern a define a as card_id == "x"
+    ... ''')
+    >>> ahead_of(spec.processor)
+    {'txn': 3600000}
+    """
+    schemas = getattr(processor, "schemas", None)
+    if not isinstance(schemas, Mapping):
+        return {}
+    return {
+        name: int(schema.ahead_ms) for name, schema in schemas.items()
+        if isinstance(getattr(schema, "ahead_ms", None), int)
+    }
+
+
 def _time_expr(
     fields: _FieldReader,
     time_col: str | Mapping[str, str],
     time_unit: str | Mapping[str, str],
     stream: str | None,
+    ahead_ms: AheadMs = DEFAULT_AHEAD_MS,
 ) -> Column:
     if isinstance(time_col, Mapping):
         if not time_col:
             raise OperatorConfigError("time_col maps no stream to a time field")
         units = time_unit if isinstance(time_unit, Mapping) else dict.fromkeys(time_col, time_unit)
         branches = {
-            name: _time_expr(fields, field, units.get(name, "ms"), stream)
+            name: _time_expr(fields, field, units.get(name, "ms"), stream,
+                             _ahead_for(ahead_ms, name))
             for name, field in time_col.items()
         }
         return _per_stream(fields, stream, branches)
     if isinstance(time_unit, Mapping) or time_unit not in _UNITS_MS:
         raise OperatorConfigError(f"time_unit must be 'ms' or 's', got {time_unit!r}")
     unit_ms = _UNITS_MS[time_unit]
+    return _bounded(_raw_time(fields, time_col, unit_ms), _ahead_for(ahead_ms, stream))
+
+
+def _raw_time(fields: _FieldReader, time_col: str, unit_ms: int) -> Column:
+    """Epoch ms of the time field, null where it is not a time; ``try_`` arithmetic because
+    ANSI mode raises on overflow, and a number too large for a time must reach the processor
+    (which dead-letters it), not fail the query."""
     if fields.is_json(time_col):
         return _text_time(fields(time_col), unit_ms)
     _require(fields.df, [time_col], "time_col")
@@ -163,15 +207,36 @@ def _time_expr(
     if isinstance(kind, T.TimestampType | T.TimestampNTZType | T.DateType):
         return F.unix_millis(column.cast("timestamp"))
     if isinstance(kind, T.IntegralType):
-        return (column.cast("long") * F.lit(unit_ms)).cast("long")
+        return F.try_multiply(column.cast("long"), F.lit(unit_ms).cast("long"))
     if isinstance(kind, T.FractionalType):
-        return (column.cast("double") * F.lit(unit_ms)).cast("long")
+        return (column.cast("double") * F.lit(unit_ms)).try_cast("long")
     if isinstance(kind, T.StringType):
         return _text_time(column, unit_ms)
     raise OperatorConfigError(
         f"time column '{time_col}' has type {kind.simpleString()}; expected a timestamp, an "
         "epoch number or ISO-8601 text"
     )
+
+
+def _ahead_for(ahead_ms: AheadMs, stream: str | None) -> int:
+    """The bound of ``stream``'s events; of events of any stream (``None``), the widest."""
+    if not isinstance(ahead_ms, Mapping):
+        return ahead_ms
+    if stream is None:
+        return max(ahead_ms.values(), default=DEFAULT_AHEAD_MS)
+    return ahead_ms.get(stream, DEFAULT_AHEAD_MS)
+
+
+def _bounded(ms: Column, ahead_ms: int) -> Column:
+    """``ms`` where it is a time that can be right, else null, as
+    :meth:`cep.events.event.StreamSchema.event_time` bounds it: a row more than ``ahead_ms``
+    past the wall clock, or outside the years an event time may have, must not move Spark's
+    watermark (it reaches the processor without a time, and the processor dead-letters it)."""
+    fixed = fixed_clock_ms()
+    # current_timestamp() is the start of the micro-batch (of the query, for a static frame).
+    now = F.lit(fixed) if fixed is not None else F.unix_millis(F.current_timestamp())
+    latest = F.least(now + F.lit(min(ahead_ms, _MAX_AHEAD_MS)), F.lit(LATEST_EVENT_MS))
+    return F.when(ms.between(F.lit(EARLIEST_MS), latest), ms)
 
 
 def _text_time(text: Column, unit_ms: int) -> Column:
@@ -242,9 +307,11 @@ def prepare_input(
     stream: str | None,
     json_col: str | None,
     buckets: int,
+    ahead_ms: AheadMs = DEFAULT_AHEAD_MS,
 ) -> tuple[DataFrame, DetectPlan]:
     """``df`` with the operator's columns added (event time, key, bucket, ``_seq``; timestamps
-    as ISO text) and the plan that reads it; the arguments are :func:`spark_udf.detect`'s."""
+    as ISO text) and the plan that reads it; the arguments are :func:`spark_udf.detect`'s. The
+    event time is null where the time cannot be right (see :func:`_bounded`)."""
     if json_col is not None:
         _require(df, [json_col], "json_col")
     check_reserved(df)
@@ -253,7 +320,7 @@ def prepare_input(
     # the time that moves the watermark past every event.
     time_expr = F.when(
         _stream_expr(fields, None) == F.lit(END_MARK_STREAM), F.lit(END_MARK_MS)
-    ).otherwise(_time_expr(fields, time_col, time_unit, stream))
+    ).otherwise(_time_expr(fields, time_col, time_unit, stream, ahead_ms))
     keys = _key_exprs(fields, key_cols, stream)
     prepared = fields.extract()
     if json_col is None:

@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from cep.events.keyed import KeyedProcessor
+from cep.events.time_bounds import DEFAULT_AHEAD_MS
 from cep.events.watermark import END_OF_INPUT
 from spark_udf.batch import (
     ARRIVAL_COLUMN,
@@ -29,6 +30,7 @@ from spark_udf.detectors import BucketedDetector, PerKeyDetector
 from spark_udf.errors import OperatorConfigError
 from spark_udf.input_plan import (
     DetectPlan,
+    ahead_of,
     check_reserved,
     column_types,
     json_route,
@@ -112,6 +114,7 @@ def detect(
     json_col: str | None = None,
     final_watermark_ms: int = END_OF_INPUT,
     late_in_input_order: bool = True,
+    ahead_ms: int | Mapping[str, int] | None = None,
 ) -> DataFrame:
     """Run a keyed processor over a DataFrame of events; returns matches and dead letters.
 
@@ -148,6 +151,12 @@ def detect(
     late_in_input_order:
         Static input with a ``_seq`` column only: mark rows behind the running watermark of
         the input order as late, as the embedded engine reading the same file would.
+    ahead_ms:
+        How far an event time may run ahead of the wall clock (ms; a mapping ``stream ->
+        ms``); default: each stream's ``ahead`` as the processor's schemas hold it, else one
+        day. A row beyond it (or outside the years an event time may have) gets no event time,
+        so it never moves the watermark, and the processor makes it a dead letter
+        (``too_far_ahead``, ``bad_timestamp``).
 
     Returns
     -------
@@ -188,6 +197,7 @@ def detect(
     prepared, plan = prepare_input(
         df, key_cols=key_cols, time_col=time_col, time_unit=time_unit, lateness_ms=lateness_ms,
         stream=stream, json_col=json_col, buckets=buckets,
+        ahead_ms=ahead_ms if ahead_ms is not None else ahead_of(processor) or DEFAULT_AHEAD_MS,
     )
     if df.isStreaming:
         return _detect_streaming(prepared, processor, plan, layout)

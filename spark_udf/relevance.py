@@ -20,6 +20,7 @@ import pyarrow as pa
 from pyarrow import json as pa_json
 
 from cep.events.event import STREAM_FIELD
+from cep.events.limits import MAX_EVENT_BYTES, MAX_EVENT_DEPTH
 from cep.nfa.processor import must_see_every_event
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "needed_from_parsed",
     "needed_rows",
     "needed_rows_from_json",
+    "unchecked_rows",
 ]
 
 
@@ -84,6 +86,9 @@ def _taken(readers: Sequence[Any], normalised: pd.DataFrame, stream: str) -> np.
         wanted |= np.asarray(rule.columnar_mask(view), dtype=np.int64) != 0
     return normalised.index.to_numpy()[wanted]
 
+
+_OPEN_OBJECT, _N, _I = ord("{"), ord("N"), ord("I")
+_NAN, _INFINITY = np.frombuffer(b"NaN", dtype=np.uint8), np.frombuffer(b"Infinity", np.uint8)
 
 ARROW_TYPES = {
     "float": pa.float64(),
@@ -152,7 +157,53 @@ def needed_rows_from_json(
         return None
     if table.num_rows != len(texts):
         return None  # a text held a line break or several objects: parse row by row
-    return needed_from_parsed(processor, table, times, default_stream)
+    needed = needed_from_parsed(processor, table, times, default_stream)
+    if needed is None:
+        return None
+    # Rows the line checks may refuse are kept: the processor parses and reports them.
+    return needed | unchecked_rows(pa.array(texts, pa.string()))
+
+
+def unchecked_rows(texts: pa.Array) -> np.ndarray:
+    """A boolean per JSON text: whether ``pyarrow.json`` might parse it although
+    :func:`~cep.events.event.parse_json_line` refuses it, for breaking a limit of
+    :mod:`cep.events.limits` (more bytes, or possibly more nesting, than allowed) or holding
+    ``NaN`` or ``Infinity`` (which pyarrow reads as numbers). Column-wise shortcuts must leave
+    those rows to the row-wise parse, which dead-letters them as the embedded engine does.
+    Other refusals (a number beyond a double, an unpaired surrogate, a duplicate field) make
+    pyarrow refuse the whole batch, which then goes row by row anyway.
+
+    Examples
+    --------
+    >>> unchecked_rows(pa.array(['{"a": 1}', '{"a": NaN}', '{"a": "Infinity War"}', None]))
+    array([False,  True,  True, False])
+    """
+    n = len(texts)
+    if not n:
+        return np.zeros(0, dtype=bool)
+    # On the text buffer itself: Arrow's substring kernels cost as much as the parse.
+    _, offsets_buffer, data_buffer = texts.buffers()
+    width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    offsets = np.frombuffer(offsets_buffer, dtype=width)[texts.offset:texts.offset + n + 1]
+    offsets = offsets.astype(np.int64)
+    data = (
+        np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0]:offsets[-1]]
+        if data_buffer is not None else np.zeros(0, dtype=np.uint8)
+    )
+    starts = offsets - offsets[0]
+    odd = np.diff(starts) > MAX_EVENT_BYTES
+    # At most one level per opening bracket: few brackets, no doubt (strings count too).
+    brackets = np.flatnonzero((data | 0x20) == _OPEN_OBJECT)  # "[" is "{" but for bit 0x20
+    odd |= np.diff(np.searchsorted(brackets, starts)) > MAX_EVENT_DEPTH
+    # NaN and Infinity, found from their capitals (few in most text).
+    capitals = np.flatnonzero((data == _N) | (data == _I))
+    if len(capitals):
+        padded = np.concatenate([data, np.zeros(len(_INFINITY), dtype=np.uint8)])
+        windows = padded[capitals[:, None] + np.arange(len(_INFINITY))]
+        found = (windows == _INFINITY).all(axis=1)
+        found |= (windows[:, :len(_NAN)] == _NAN).all(axis=1)
+        odd[np.searchsorted(starts, capitals[found], side="right") - 1] = True
+    return odd
 
 
 def needed_from_parsed(

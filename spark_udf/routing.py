@@ -24,12 +24,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import json as pa_json
 
-from cep.events.event import STREAM_FIELD, BadEventError, parse_timestamp, time_column_ms
+from cep.events.event import (
+    STREAM_FIELD,
+    BadEventError,
+    parse_json_line,
+    parse_timestamp,
+    time_column_ms,
+)
 from cep.events.keyed import KeyedProcessor
 from spark_udf.batch import BUCKET_COLUMN, END_MARK_MS, END_MARK_STREAM, TIME_COLUMN
 from spark_udf.errors import OperatorConfigError
 from spark_udf.packing import PACKED_COLUMN, ipc_bytes
-from spark_udf.relevance import ARROW_TYPES, json_fields, needed_from_parsed
+from spark_udf.relevance import ARROW_TYPES, json_fields, needed_from_parsed, unchecked_rows
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -249,7 +255,11 @@ class _Router:
 
         Only texts that open an object reach the column-wise parser (``pyarrow.json`` must
         never see a bare ``null``); the others get no time and no key, and the processor
-        reports them when it parses them.
+        reports them when it parses them. Texts the column-wise parser could take although
+        the line checks of :func:`~cep.events.event.parse_json_line` refuse them (too large,
+        too deep, ``NaN``: :func:`~spark_udf.relevance.unchecked_rows`) are parsed row by row
+        instead, so that no bad row is ever judged unneeded and dropped before the processor
+        reports it.
         """
         n = len(texts)
         times = np.full(n, np.nan)
@@ -257,10 +267,13 @@ class _Router:
         need = np.full(n, NEED_UNKNOWN, dtype=np.int8)
         opens = pc.starts_with(pc.utf8_ltrim_whitespace(texts), "{")
         opens = pc.fill_null(opens, False).to_numpy(zero_copy_only=False)
-        rows = np.flatnonzero(opens)
-        if len(rows):
+        odd = unchecked_rows(texts) & opens
+        parts = ((np.flatnonzero(opens & ~odd), True), (np.flatnonzero(odd), False))
+        for rows, columnwise in parts:
+            if not len(rows):
+                continue
             objects = texts.take(pa.array(rows)) if len(rows) < n else texts
-            located = self._parse(objects)
+            located = self._parse(objects) if columnwise else None
             part_times, part_keys, part_need = (
                 self._locate_parsed(located) if located is not None
                 else self._locate_rowwise(objects.to_pylist())
@@ -332,18 +345,19 @@ class _Router:
     def _locate_rowwise(
         self, texts: list[Any]
     ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
-        """The same, one ``json.loads`` per row: for input the column-wise parse refused (a bad
-        row, mixed types); rows that are not JSON objects get no time and bucket 0."""
+        """The same, one :func:`~cep.events.event.parse_json_line` per row: for input the
+        column-wise parse refused (a bad row, mixed types); rows that are not JSON objects, or
+        break an event's limits, get no time and bucket 0."""
         n = len(texts)
         times = np.full(n, np.nan)
         need = np.full(n, NEED_UNKNOWN, dtype=np.int8)
         per_route: dict[Any, tuple[list[int], list[list[Any]]]] = {}
         for i, text in enumerate(texts):
             try:
-                value = json.loads(text) if isinstance(text, str) else None
-            except ValueError:
-                value = None
-            if not isinstance(value, dict):
+                value = parse_json_line(text) if isinstance(text, str) else None
+            except BadEventError:
+                value = None  # the processor reports the row
+            if value is None:
                 continue
             stream = value.get(STREAM_FIELD)
             if stream is None:

@@ -8,6 +8,8 @@ again; receivers deduplicate on ``webhook-id``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
 import threading
@@ -35,7 +37,8 @@ __all__ = [
     "status",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version 2 adds ``endpoints.conflicts``; a version-1 outbox is upgraded when opened."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS endpoints (
@@ -43,7 +46,8 @@ CREATE TABLE IF NOT EXISTS endpoints (
     url             TEXT NOT NULL,
     disabled_at     REAL,
     disabled_reason TEXT,
-    duplicates      INTEGER NOT NULL DEFAULT 0
+    duplicates      INTEGER NOT NULL DEFAULT 0,
+    conflicts       INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS messages (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -171,6 +175,7 @@ class EndpointStatus:
     failed: int = 0
     disabled: int = 0
     duplicates: int = 0
+    conflicts: int = 0
     endpoint_disabled: bool = False
 
 
@@ -228,6 +233,7 @@ class Outbox:
         self.path = os.fspath(path)
         self._clock = clock or SystemClock()
         self._lock = threading.RLock()
+        self.conflicts = 0
         try:
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -260,6 +266,11 @@ class Outbox:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            elif version == 1:
+                db.execute(
+                    "ALTER TABLE endpoints ADD COLUMN conflicts INTEGER NOT NULL DEFAULT 0"
+                )
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             elif version != SCHEMA_VERSION:
                 raise OutboxError(
@@ -307,8 +318,12 @@ class Outbox:
     ) -> int:
         """Durably store ``match`` for delivery to each endpoint; return how many were new.
 
-        A (match_id, endpoint) pair already in the outbox, in any state, is not stored again
-        and is counted as a duplicate — so re-running over the same input sends nothing new.
+        A (match_id, endpoint) pair already in the outbox, in any state, with the same match
+        content is not stored again and is counted as a duplicate — so re-running over the
+        same input sends nothing new. A *different* match under an id already used (which the
+        engines' id scheme rules out, but another producer may not) is never dropped: it is
+        stored under the id ``MATCH_ID.DIGEST`` (its content's digest, so a replay of it is a
+        duplicate again) and counted in the endpoint's ``conflicts`` and in :attr:`conflicts`.
         Messages for a disabled endpoint are stored as ``disabled``.
 
         Raises
@@ -343,11 +358,28 @@ class Outbox:
                 ).rowcount
                 if inserted:
                     stored += 1
-                else:
+                    continue
+                if _same_match(db, msg_id, endpoint.name, body):
                     db.execute(
                         "UPDATE endpoints SET duplicates = duplicates + 1 WHERE name = ?",
                         (endpoint.name,),
                     )
+                    continue
+                other = f"{msg_id}.{_digest(json.loads(body)['data'])}"
+                inserted = db.execute(
+                    "INSERT OR IGNORE INTO messages"
+                    " (msg_id, endpoint, event_type, body, state, next_attempt_at, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (other, endpoint.name, event_type, body, state.value, now, now),
+                ).rowcount
+                column = "conflicts" if inserted else "duplicates"
+                db.execute(
+                    f"UPDATE endpoints SET {column} = {column} + 1 WHERE name = ?",
+                    (endpoint.name,),
+                )
+                if inserted:
+                    stored += 1
+                    self.conflicts += 1
         return stored
 
     def record_attempt(
@@ -612,6 +644,7 @@ class Outbox:
                 failed=by_state.get("failed", 0),
                 disabled=by_state.get("disabled", 0),
                 duplicates=row["duplicates"],
+                conflicts=row["conflicts"],
                 endpoint_disabled=row["disabled_at"] is not None,
             )
         return result
@@ -619,6 +652,28 @@ class Outbox:
     def pending_count(self) -> int:
         """Return how many messages are waiting to be delivered."""
         return self._query("SELECT count(*) FROM messages WHERE state = 'pending'")[0][0]
+
+
+def _digest(data: Any) -> str:
+    """16 hex digits of SHA-256 over the canonical JSON of a match."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _same_match(db: sqlite3.Connection, msg_id: str, endpoint: str, body: bytes) -> bool:
+    """Whether the message stored as ``(msg_id, endpoint)`` carries the same match as ``body``
+    (envelopes are compared by their ``data``: a match without an ``end`` is stamped with the
+    time it was enqueued)."""
+    row = db.execute(
+        "SELECT body FROM messages WHERE msg_id = ? AND endpoint = ?", (msg_id, endpoint)
+    ).fetchone()
+    if row is None:
+        return False
+    try:
+        stored = json.loads(row[0])["data"]
+    except (ValueError, TypeError, KeyError):  # not an envelope: it cannot be this match
+        return False
+    return stored == json.loads(body)["data"]
 
 
 def status(outbox: Outbox) -> dict[str, EndpointStatus]:

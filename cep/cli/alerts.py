@@ -67,11 +67,12 @@ def _require_endpoint(outbox: Outbox, name: str | None) -> None:
 def _cmd_status(args: argparse.Namespace) -> int:
     with _open_existing(args.outbox) as outbox:
         rows = status(outbox)
-    print(f"{'endpoint':<16} {'pending':>8} {'delivered':>10} {'failed':>7} {'disabled':>9}  url")
+    print(f"{'endpoint':<16} {'pending':>8} {'delivered':>10} {'failed':>7} {'disabled':>9} "
+          f"{'conflicts':>9}  url")
     for name, s in sorted(rows.items()):
         flag = " (endpoint disabled)" if s.endpoint_disabled else ""
-        print(f"{name:<16} {s.pending:>8} {s.delivered:>10} {s.failed:>7} {s.disabled:>9}  "
-              f"{s.url}{flag}")
+        print(f"{name:<16} {s.pending:>8} {s.delivered:>10} {s.failed:>7} {s.disabled:>9} "
+              f"{s.conflicts:>9}  {s.url}{flag}")
     if not rows:
         print("(the outbox is empty)")
     return 0

@@ -7,8 +7,11 @@ import argparse
 import sys
 
 from cep.cli.arguments import EXIT_ERRORS, EXIT_OK, expand_rule_paths
+from cep.engine import Engine
 from cep.engine.queries import query_warnings
-from query_lang import ErrorList, check_program, parse, print_module
+from query_lang import VigilError, ast, check_program, parse, print_module
+from query_lang.checks import stream_warnings
+from query_lang.includes import read_named_file
 
 
 def configure_parser(sub) -> None:
@@ -27,6 +30,8 @@ def configure_parser(sub) -> None:
 def _cmd_check(args: argparse.Namespace) -> int:
     paths = expand_rule_paths(args.files)
     program, errors = check_program(paths)
+    if not errors:
+        errors = _compile_errors(program)
     for err in errors:
         print(err.render(), file=sys.stderr)
     if errors:
@@ -34,7 +39,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"{len(errors)} error(s) in {files} file(s)", file=sys.stderr)
         return EXIT_ERRORS
 
-    for warning in query_warnings(program):
+    # Warnings are printed, never fatal: the check still passes (exit 0).
+    warnings = [*stream_warnings(program.streams.values(), program.sources),
+                *query_warnings(program)]
+    for warning in warnings:
         print(warning.render(), file=sys.stderr)
     counts = (
         f"{len(program.rules)} rule(s), {len(program.queries)} query(ies), "
@@ -45,14 +53,29 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _compile_errors(program) -> list[VigilError]:
+    """What `vigil run` would refuse once the checks pass: the program compiled as the engine
+    compiles it (every rule, query and metric, every list file read). The checks report the
+    compile limits themselves (query_lang.limits); this catches whatever a compiler of a layer
+    above the language refuses, so that `check` passes only what `run` accepts."""
+    try:
+        Engine().register(program.modules)
+    except VigilError as err:
+        found = getattr(err, "errors", None) or [err]
+        for each in found:
+            if each.source is None and each.span is not None:
+                each.source = program.sources.get(each.span.file)
+        return found
+    return []
+
+
 def _cmd_format(args: argparse.Namespace) -> int:
     status = EXIT_OK
     for path in expand_rule_paths(args.files):
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
         try:
-            module = parse(text, path)
-        except ErrorList as err:
+            # Read as `check` reads a file it is given: size cap, UTF-8, errors located.
+            module = parse(read_named_file(path, ast.Span(path)), path)
+        except VigilError as err:
             print(err.render(), file=sys.stderr)
             status = EXIT_ERRORS
             continue

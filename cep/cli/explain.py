@@ -8,13 +8,13 @@ import json
 import sys
 
 from cep.cli.arguments import EXIT_ERRORS, EXIT_OK, UsageError, expand_rule_paths
-from cep.engine.program import load_list
+from cep.engine.program import compile_program_rule, load_list
 from cep.engine.queries import query_schema
 from cep.events.event import BadEventError, StreamSchema
-from cep.nfa.compiler import compile_rule
 from cep.nfa.explain import describe, to_dot
 from percolator import AnalyzedDocument, compile_query
-from query_lang import check_program
+from query_lang import IncludeError, VigilError, ast, check_program
+from query_lang.includes import read_named_file
 
 
 def configure_parser(sub) -> None:
@@ -49,10 +49,22 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if rule is None:
         known = ", ".join(sorted(program.rules)) or "none"
         raise UsageError(f"no rule named '{args.rule}' in {args.file} (rules: {known})")
-    lists = {name: load_list(decl) for name, decl in program.lists.items()}
-    compiled = compile_rule(rule, lists=lists, streams=program.streams)
+    try:
+        lists = {name: load_list(decl) for name, decl in program.lists.items()}
+        compiled = compile_program_rule(rule, program.streams, lists)
+    except VigilError as err:
+        # Every compile error `vigil check` cannot see (check reports the limits it can).
+        _report(err, program)
+        return EXIT_ERRORS
     print(to_dot(compiled) if args.format == "dot" else describe(compiled))
     return EXIT_OK
+
+
+def _report(err: VigilError, program) -> None:
+    for each in getattr(err, "errors", None) or [err]:
+        if each.source is None and each.span is not None:
+            each.source = program.sources.get(each.span.file)
+        print(each.render(), file=sys.stderr)
 
 
 def _explain_query(program, args: argparse.Namespace) -> int:
@@ -78,10 +90,10 @@ def _explain_query(program, args: argparse.Namespace) -> int:
     text = args.document
     if text.startswith("@"):
         try:
-            with open(text[1:], encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as err:
-            raise UsageError(f"cannot read the document: {err}") from err
+            # Read as a rule file is: at most its size cap, UTF-8 (never /dev/zero forever).
+            text = read_named_file(text[1:], ast.Span(text[1:]))
+        except IncludeError as err:
+            raise UsageError(f"cannot read the document: {err.message}") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
@@ -97,7 +109,11 @@ def _explain_query(program, args: argparse.Namespace) -> int:
         print(f"vigil: the document is not a valid '{stream}' event: {err}", file=sys.stderr)
         return EXIT_ERRORS
     schema = query_schema(decl_stream)
-    compiled = compile_query(decl.match, schema)
+    try:
+        compiled = compile_query(decl.match, schema)
+    except VigilError as err:
+        _report(err, program)
+        return EXIT_ERRORS
     doc = AnalyzedDocument(event.fields, schema)
     print(compiled.explain(doc))
     if compiled.matches(doc):

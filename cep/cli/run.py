@@ -41,9 +41,9 @@ from cep.events.event import (
     StreamSchema,
     dead_letter,
     parse_json_line,
-    parse_timestamp,
     stream_of,
 )
+from cep.events.limits import line_text
 from query_lang.errors import VigilError
 from query_lang.loader import check_program
 
@@ -376,6 +376,13 @@ def _deliver(sink: Any, deadline_s: float) -> None:
         f"{result.failed} failed, {result.pending} pending{note}",
         file=sys.stderr,
     )
+    if sink.outbox.conflicts:
+        print(
+            f"alerts: {sink.outbox.conflicts} match(es) reused a match_id already in the outbox "
+            "with other content; queued under MATCH_ID.DIGEST ids (`vigil alerts status` "
+            "counts them as conflicts)",
+            file=sys.stderr,
+        )
 
 
 # ---------------------------------------------------------------------- reading
@@ -414,15 +421,19 @@ def _read(
     position = 0
     last_order = -(2**63)
     for path in inp.files():
-        handle = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")
+        # Bytes, decoded line by line: a line that is not UTF-8 is a dead letter of its own
+        # (line_text), as in the Spark source, instead of text with replacement characters.
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # a test's StringIO has no buffer
+        handle = stdin if path == "-" else open(path, "rb")
         source = "-" if path == "-" else path
         try:
-            for number, text in enumerate(handle, start=1):
-                progress.advance(len(text))
+            for number, data in enumerate(handle, start=1):
+                progress.advance(len(data))
                 if not number & 0xFFF:
                     progress.update()  # a cheap clock check; redraws a few times a second
-                text = text.rstrip("\r\n")
-                if not text.strip():
+                # Stripped as the Spark source strips a line (JSON ignores the white space).
+                text = line_text(data) if isinstance(data, bytes) else data.strip()
+                if not text:
                     continue
                 event = letter = None
                 try:
@@ -438,7 +449,7 @@ def _read(
                 yield _Record(last_order, source, number, position, text, event, letter)
                 position += 1
         finally:
-            if handle is not sys.stdin:
+            if handle is not stdin:
                 handle.close()
 
 
@@ -447,7 +458,8 @@ def _order_of(event: dict[str, Any], schemas: dict[str, StreamSchema], last: int
     try:
         schema = stream_of(event, None, schemas)
         value = event.get(schema.time_field) if schema.time_field else None
-        return last if value is None else parse_timestamp(value, schema.epoch_unit_ms)
+        # Bounded as the engine bounds it: a time too far ahead must not hold back its input.
+        return last if value is None else schema.event_time(value)
     except BadEventError:
         return last
 

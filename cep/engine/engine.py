@@ -109,6 +109,10 @@ class Engine:
     fast_strict:
         Run rules that :func:`cep.nfa.strict.qualifies` as a column-wise scan over each released
         batch (the default); ``False`` runs every rule event by event. Results are the same.
+    now_ms:
+        The wall clock that bounds event times (a stream's ``ahead``), fixed: for tests and
+        replays. ``None`` (the default) reads it as events arrive
+        (:func:`cep.events.time_bounds.wall_clock_ms`: ``$VIGIL_NOW_MS`` when set).
 
     Examples
     --------
@@ -132,8 +136,10 @@ class Engine:
         compile_rule: Callable[..., Any] | None = None,
         runtime: RuleRuntime | None = None,
         fast_strict: bool = True,
+        now_ms: int | None = None,
     ) -> None:
         self.max_partials = max_partials
+        self.now_ms = now_ms
         self.fast_strict = fast_strict
         self.lateness_ms = lateness_ms
         self._compile_rule = compile_rule
@@ -231,7 +237,9 @@ class Engine:
         self._lists = lists
         for decl in new_decls:
             if isinstance(decl, ast.StreamDecl):
-                schema = StreamSchema.from_decl(decl, lateness_ms=self.lateness_ms)
+                schema = StreamSchema.from_decl(
+                    decl, lateness_ms=self.lateness_ms, now_ms=self.now_ms
+                )
                 self._schemas[decl.name] = schema
                 self._watermark.set_lateness(decl.name, schema.lateness_ms)
             elif isinstance(decl, ast.WebhookDecl):
@@ -472,7 +480,10 @@ class Engine:
                 self._dead.append(
                     dead_letter(
                         EventReason.LATE,
-                        late_detail(int(ts[i]), int(met[offset - count + i])),
+                        late_detail(
+                            int(ts[i]), int(met[offset - count + i]),
+                            self._schemas[name].epoch_unit_ms,
+                        ),
                         stream=name,
                         **where.of(row),
                     )
@@ -666,7 +677,9 @@ class Engine:
         self._dead.append(
             dead_letter(
                 EventReason.LATE,
-                late_detail(ev.ts, self._watermark.current),
+                late_detail(
+                    ev.ts, self._watermark.current, self._schemas[ev.stream].epoch_unit_ms
+                ),
                 input=source,
                 line=line,
                 raw=raw,

@@ -4,7 +4,7 @@ lateness and rule masks, computed per column for the whole batch."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -12,7 +12,15 @@ import numpy as np
 import pandas as pd
 
 from cep.engine.dispatch import KeyedRules
-from cep.events.event import STREAM_FIELD, BadEventError, StreamSchema, plain_value, stream_of
+from cep.events.event import (
+    STREAM_FIELD,
+    BadEventError,
+    StreamSchema,
+    plain_value,
+    stream_of,
+    undeclared_failures,
+)
+from cep.events.time_bounds import unit_hint
 from cep.events.watermark import END_OF_INPUT, Watermark, iso_ms
 
 __all__ = [
@@ -54,7 +62,21 @@ def split_by_stream(
             bad.extend((i, exc.reason, exc.detail, None) for i in range(n))
     else:
         names = frame[STREAM_FIELD]
+        # A list or object in the stream field names no stream (and cannot be factorised).
+        odd = np.zeros(n, dtype=bool)
+        if names.dtype == object and pd.api.types.infer_dtype(names, skipna=True) not in (
+            "string", "empty",
+        ):
+            odd = np.array([not isinstance(v, Hashable) for v in names.tolist()], dtype=bool)
+        if odd.any():
+            for i in np.flatnonzero(odd).tolist():
+                try:
+                    stream_of({STREAM_FIELD: names.iloc[i]}, None, schemas)
+                except BadEventError as exc:
+                    bad.append((i, exc.reason, exc.detail, None))
+            names = names.where(~odd, None)
         codes, uniques = pd.factorize(names, use_na_sentinel=True)
+        codes[odd] = -2  # in no group, and not among the rows without a stream
         for code, name in enumerate(uniques):
             rows = np.flatnonzero(codes == code)
             try:
@@ -77,6 +99,14 @@ def split_by_stream(
         schema = schemas[name]
         sub = frame if len(rows) == n else frame.iloc[rows]
         normalised, ts, failed = schema.normalise_frame(sub)
+        # Undeclared fields are checked after the declared ones, as StreamSchema.normalise
+        # checks them; the rows they fail leave the validated rows (in row order).
+        extra = undeclared_failures(sub, schema.fields, [pos for pos, _, _ in failed])
+        if extra:
+            passed = np.setdiff1d(np.arange(len(rows)), [p for p, _, _ in failed])
+            keep = ~np.isin(passed, [p for p, _, _ in extra])
+            normalised, ts = normalised[keep], ts[keep]
+            failed = sorted([*failed, *extra])
         bad.extend((int(rows[pos]), reason, detail, name) for pos, reason, detail in failed)
         ok_rows = (
             rows
@@ -156,11 +186,20 @@ def mask_tuples(masks: np.ndarray) -> list[tuple]:
     return [shared[i] for i in which.reshape(-1).tolist()]
 
 
-def late_detail(ts: int, watermark: int) -> str:
-    """The detail of a late event's dead letter."""
+def late_detail(ts: int, watermark: int, unit_ms: int | None = None) -> str:
+    """The detail of a late event's dead letter; with ``unit_ms`` (the stream's unit of epoch
+    numbers), it names the likely unit of a time that reads as one long past (epoch seconds
+    on a ``unit ms`` stream land in 1970).
+
+    Examples
+    --------
+    >>> late_detail(1_732_550_400, 1_764_000_000_000, unit_ms=1)  # doctest: +ELLIPSIS
+    'event time 1970-01-21T01:15:50.400Z is behind the watermark ...: drop `unit ms`'
+    """
+    hint = unit_hint(ts // unit_ms, unit_ms) if unit_ms else ""
     if watermark >= END_OF_INPUT:
-        return f"event time {iso_ms(ts)} arrived after end of input"
-    return f"event time {iso_ms(ts)} is behind the watermark {iso_ms(watermark)}"
+        return f"event time {iso_ms(ts)} arrived after end of input{hint}"
+    return f"event time {iso_ms(ts)} is behind the watermark {iso_ms(watermark)}{hint}"
 
 
 class RowOrigin:

@@ -10,14 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from cep.events.event import StreamSchema
 from cep.metrics import CompiledMetric, compile_metric
 from cep.nfa import CompiledRule, compile_rule
 from percolator.evaluate import field_predicate
 from query_lang import ast
-from query_lang.checks import check_declarations
+from query_lang.checks import check_declarations, event_time_field
 from query_lang.errors import ErrorList, IncludeError, VigilError, VigilNameError
-from query_lang.includes import default_include_roots, read_included_file, require_within_roots
+from query_lang.includes import read_list_file
 from query_lang.loader import check_program
 from sketches.bloom import BloomFilter
 
@@ -34,10 +33,6 @@ BLOOM_THRESHOLD = 100_000
 
 BLOOM_FALSE_POSITIVE_RATE = 1e-6
 
-MAX_LIST_FILE_BYTES = 1 << 30
-"""The largest ``list ... from`` file read (1 GiB: tens of millions of values, held in a Bloom
-filter); a larger one is an error, read no further than this."""
-
 
 def load_list(decl: ast.ListDecl) -> Any:
     """The membership container of a ``list`` declaration.
@@ -53,18 +48,9 @@ def load_list(decl: ast.ListDecl) -> Any:
     """
     if decl.path is None:
         return frozenset(decl.values)
-    path = Path(decl.path)
-    declared_in = decl.span.file
-    home = Path(declared_in).parent if declared_in and declared_in != "<string>" else Path()
-    if not path.is_absolute():
-        path = home / path
     # A list file is read as an included rule file is: below the declaring file's directory
     # or an include root, a regular file, read no further than its cap.
-    real = os.path.realpath(path)
-    roots = [os.path.realpath(root) for root in (home, *default_include_roots())]
-    refused = f"cannot read list '{decl.name}' from {str(path)!r}"
-    require_within_roots(str(path), real, roots, decl.span, refused=refused)
-    text = read_included_file(str(path), real, decl.span, cap=MAX_LIST_FILE_BYTES, refused=refused)
+    text = read_list_file(decl)
     values = [v for v in (line.strip() for line in text.split("\n")) if v]
     if len(values) <= BLOOM_THRESHOLD:
         return frozenset(values)
@@ -196,10 +182,12 @@ def add_declarations(
                         f"rule '{decl.name}' reads undeclared stream '{stream}'", decl.span
                     )
                 )
-            elif StreamSchema.from_decl(streams[stream]).time_field is None:
+            elif event_time_field(streams[stream]) is None:
+                # Checked with the program too; here for streams registered before it.
+                kind = type(decl).__name__.removesuffix("Decl").lower()
                 errors.append(
                     VigilNameError(
-                        f"rule '{decl.name}' reads stream '{stream}', which has no event "
+                        f"{kind} '{decl.name}' reads stream '{stream}', which has no event "
                         "time: declare `time FIELD`",
                         streams[stream].span,
                     )

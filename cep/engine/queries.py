@@ -16,9 +16,10 @@ import pandas as pd
 
 from cep.engine.program import compile_program_metric
 from cep.events.event import STREAM_FIELD, Event
+from cep.events.identity import content_id, event_digest
 from cep.events.watermark import iso_ms
 from cep.metrics.operator import MetricOperator
-from percolator import Percolator, Schema, compile_query
+from percolator import InvalidDocumentError, Percolator, Schema, compile_query
 from percolator.extract import extract
 from query_lang import ast
 from query_lang.errors import VigilWarning
@@ -39,10 +40,12 @@ class StandingQueries:
         # stream -> (its declaration, the queries registered for it but not yet indexed)
         self._pending: dict[str, tuple[ast.StreamDecl, list[tuple[str, Any, tuple[str]]]]] = {}
         self._queries: dict[str, ast.QueryDecl] = {}
+        self._declared: dict[str, tuple[str, ...]] = {}  # stream -> declared field names
         self._metrics: dict[str, Any] = {}  # name -> MetricOperator
         self._metric_streams: dict[str, list[str]] = {}  # stream -> metric names
         self.verified = 0
         self.documents = 0
+        self.unsearchable = 0  # documents holding a value no JSON holds (see _match_one)
 
     # ------------------------------------------------------------------ registration
 
@@ -83,6 +86,7 @@ class StandingQueries:
             else:
                 self._queries[decl.name] = decl
                 for stream in decl.streams:
+                    self._declared[stream] = tuple(f.name for f in streams[stream].fields)
                     _, pending = self._pending.setdefault(stream, (streams[stream], []))
                     pending.append((decl.name, value, (stream,)))
 
@@ -193,22 +197,43 @@ class StandingQueries:
         if percolator is None or not len(percolator) or not events:
             return []
         out: list[tuple[Event, dict]] = []
-        result = percolator.match_batch(
-            [event.fields for event in events],
-            document_ids=[event.id for event in events],
-            stream=stream,
-        )
+        try:
+            found_per_event = percolator.match_batch(
+                [event.fields for event in events],
+                document_ids=[event.id for event in events],
+                stream=stream,
+            ).matches
+        except InvalidDocumentError:
+            found_per_event = [self._match_one(percolator, event, stream) for event in events]
         self.documents += len(events)
-        for event, found in zip(events, result.matches, strict=True):
+        for event, found in zip(events, found_per_event, strict=True):
             if not found:
                 continue
             when = iso_ms(event.ts)
+            digest = event_digest(stream, event.ts, event.fields, self._declared.get(stream))
             for m in found:
                 decl = self._queries[m.name]
                 row = m.to_dict()
-                row.update(stream=stream, severity=decl.severity, start=when, end=when)
+                # The engine's id scheme (cep.events.identity): the event's id and digest.
+                row.update(
+                    match_id=content_id(["query", m.name, event.id, digest]),
+                    stream=stream, severity=decl.severity, start=when, end=when,
+                )
                 out.append((event, row))
         return out
+
+
+    def _match_one(self, percolator: Any, event: Event, stream: str) -> list[Any]:
+        """The query matches of one event; none, counted in ``unsearchable``, when it holds a
+        value the percolator cannot search. Every JSON value can be searched: only an event a
+        caller built (a set, bytes in an undeclared field) gets here."""
+        try:
+            return percolator.match_batch(
+                [event.fields], document_ids=[event.id], stream=stream
+            ).matches[0]
+        except InvalidDocumentError:
+            self.unsearchable += 1
+            return []
 
 
 def query_warnings(program: Any) -> list[Any]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,23 @@ import numpy as np
 import pandas as pd
 
 from cep.errors import BadEventError, EngineError, StateError, UnknownRuleError
+from cep.events.limits import (
+    INVALID_UTF8_MARK,
+    MAX_EVENT_BYTES,
+    MAX_EVENT_DEPTH,
+    line_bytes,
+    nesting_depth,
+    shown_line,
+)
+from cep.events.time_bounds import (
+    DEFAULT_AHEAD_MS,
+    EARLIEST_MS,
+    LATEST_EVENT_MS,
+    LATEST_MS,
+    ahead_detail,
+    range_detail,
+    wall_clock_ms,
+)
 from query_lang.ast import StreamDecl
 from query_lang.timestamps import epoch_ms, parse_iso_ms
 
@@ -29,12 +47,15 @@ __all__ = [
     "StateError",
     "StreamSchema",
     "UnknownRuleError",
+    "checked_value",
     "dead_letter",
+    "event_time_ms",
     "parse_json_line",
     "parse_timestamp",
     "plain_value",
     "stream_of",
     "time_column_ms",
+    "undeclared_failures",
 ]
 
 STREAM_FIELD = "stream"
@@ -56,6 +77,11 @@ class EventReason:
     BAD_TIMESTAMP = "bad_timestamp"
     MISSING_KEY = "missing_key"
     LATE = "late"
+    TOO_FAR_AHEAD = "too_far_ahead"
+    INVALID_UTF8 = "invalid_utf8"
+    TOO_LARGE = "too_large"
+    TOO_DEEP = "too_deep"
+    NON_FINITE = "non_finite"
 
 
 @dataclass(slots=True)
@@ -104,7 +130,7 @@ def dead_letter(
         "detail": detail,
         "input": input,
         "line": line,
-        "raw": raw if raw is not None else _raw_text(event),
+        "raw": shown_line(raw) if raw is not None else _raw_text(event),
     }
     if stream is not None:
         letter["stream"] = stream
@@ -119,13 +145,18 @@ def _raw_text(event: Mapping[str, Any] | None) -> str | None:
     return json.dumps(_json_safe(dict(event)), ensure_ascii=False, sort_keys=True)
 
 
-def _json_safe(value: Any) -> Any:
+def _json_safe(value: Any, depth: int = 1) -> Any:
+    """``value`` as JSON can carry it: non-finite numbers as null, other objects as text, and
+    what nests deeper than :data:`~cep.events.limits.MAX_EVENT_DEPTH` as ``"..."`` (a dead
+    letter may hold an event refused for its depth)."""
+    if isinstance(value, dict | list | tuple) and depth > MAX_EVENT_DEPTH:
+        return "..."
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): _json_safe(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
+        return [_json_safe(v, depth + 1) for v in value]
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if value is None or isinstance(value, str | int | float | bool):
@@ -133,18 +164,215 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
+class _NonFinite(Exception):
+    """Raised by the JSON decoder's hooks at a number no JSON number can be."""
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if value - value != 0.0:  # an overflow to infinity (inf - inf is NaN)
+        raise _NonFinite(literal)
+    return value
+
+
+def _refuse_constant(literal: str) -> Any:
+    raise _NonFinite(literal)  # NaN, Infinity, -Infinity: Python's extensions, not JSON
+
+
+def _finite_int(literal: str) -> int:
+    value = int(literal)
+    if len(literal) > 308 and not _FLOAT_RANGE[0] <= value <= _FLOAT_RANGE[1]:
+        raise _NonFinite(literal)  # no double holds it: a column of numbers could not either
+    return value
+
+
+_FLOAT_RANGE = (-int(np.finfo(np.float64).max), int(np.finfo(np.float64).max))
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_refuse_constant)
+# Only a line longer than 308 characters can hold an integer beyond a double's range: the
+# integer hook (a Python call per integer) is spent on those only.
+_LONG_LINE_DECODER = json.JSONDecoder(
+    parse_float=_finite_float, parse_int=_finite_int, parse_constant=_refuse_constant
+)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def parse_json_line(text: str) -> dict[str, Any]:
-    """Decode one JSON line into an object, raising :class:`BadEventError` when it is not one."""
+    """Decode one JSON line into an object, raising :class:`BadEventError` when it is not one
+    or breaks a limit of :mod:`cep.events.limits`.
+
+    A line fails at the first of: ``invalid_utf8`` (bytes that are not UTF-8, marked by
+    :func:`~cep.events.limits.decode_line`), ``too_large``, ``too_deep``, then, in the order
+    the parser meets them, ``invalid_json`` and ``non_finite`` (``NaN``, ``Infinity``, a number
+    beyond a double's range), then ``not_an_object``, and ``invalid_utf8`` for an escaped
+    unpaired surrogate (``\\ud800``), which no UTF-8 output could hold.
+
+    Examples
+    --------
+    >>> parse_json_line('{"a": [1, 2.5]}')
+    {'a': [1, 2.5]}
+    >>> parse_json_line('{"a": {"b": 1e400}}')
+    Traceback (most recent call last):
+    cep.errors.BadEventError: non_finite: field 'a.b' holds 1e400, beyond the range of a double
+    """
+    if text.startswith(INVALID_UTF8_MARK):
+        raise BadEventError(
+            EventReason.INVALID_UTF8,
+            "the line is not valid UTF-8 (raw shows its invalid bytes as \\xNN)",
+        )
+    if len(text) * 4 > MAX_EVENT_BYTES:  # else it cannot take more bytes than the limit
+        size = line_bytes(text)
+        if size > MAX_EVENT_BYTES:
+            raise BadEventError(
+                EventReason.TOO_LARGE,
+                f"the line takes {size:,} bytes; an event may take at most {MAX_EVENT_BYTES:,}",
+            )
+    if text.count("[") + text.count("{") > MAX_EVENT_DEPTH:  # else it cannot nest deeper
+        depth = nesting_depth(text)
+        if depth > MAX_EVENT_DEPTH:
+            raise BadEventError(EventReason.TOO_DEEP, _too_deep("the line", f"{depth:,}"))
     try:
-        value = json.loads(text)
+        value = (_DECODER if len(text) <= 308 else _LONG_LINE_DECODER).decode(text)
+    except _NonFinite as exc:
+        raise BadEventError(EventReason.NON_FINITE, _non_finite_detail(text, exc)) from None
     except ValueError as exc:
         raise BadEventError(EventReason.INVALID_JSON, f"not valid JSON: {exc}") from None
+    except RecursionError:  # only from a caller's stack nearly exhausted already
+        raise BadEventError(EventReason.TOO_DEEP, _too_deep("the line")) from None
     if not isinstance(value, dict):
         raise BadEventError(
             EventReason.NOT_AN_OBJECT,
             f"expected a JSON object, got {_json_kind(value)}",
         )
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        where = _first_path(value, _unencodable)
+        if where is not None:
+            raise BadEventError(
+                EventReason.INVALID_UTF8,
+                f"{_field(where)} holds an unpaired surrogate escape (\\ud800-\\udfff), "
+                "which is no Unicode character",
+            )
     return value
+
+
+def checked_value(value: Any, name: str) -> Any:
+    """:func:`plain_value` of field ``name``'s value, held to a JSON line's limits: a
+    non-finite number in it (a bare ``NaN`` is null, pandas' missing value) or nesting deeper
+    than :data:`~cep.events.limits.MAX_EVENT_DEPTH` raises :class:`BadEventError`.
+
+    Examples
+    --------
+    >>> checked_value([1, {"b": float("inf")}], "a")
+    Traceback (most recent call last):
+    cep.errors.BadEventError: non_finite: field 'a[1].b' holds inf, which no JSON number is
+    """
+    value = plain_value(value)
+    if isinstance(value, float):
+        if value - value != 0.0:
+            raise BadEventError(EventReason.NON_FINITE, _non_finite_value(name, value))
+    elif isinstance(value, dict | list | tuple):
+        # The event is level 1, its field's value level 2.
+        stack: list[tuple[Any, int, str]] = [(value, 2, name)]
+        while stack:
+            item, depth, path = stack.pop()
+            if isinstance(item, float | np.floating):
+                if not math.isfinite(item):
+                    raise BadEventError(EventReason.NON_FINITE, _non_finite_value(path, item))
+            elif isinstance(item, dict | list | tuple):
+                if depth > MAX_EVENT_DEPTH:
+                    raise BadEventError(EventReason.TOO_DEEP, _too_deep(f"field '{name}'"))
+                pairs = (
+                    [(f"{path}.{k}", v) for k, v in item.items()] if isinstance(item, dict)
+                    else [(f"{path}[{i}]", v) for i, v in enumerate(item)]
+                )
+                stack.extend((v, depth + 1, p) for p, v in reversed(pairs))
+    return value
+
+
+def _too_deep(what: str, levels: str = f"more than {MAX_EVENT_DEPTH}") -> str:
+    return (
+        f"{what} nests {levels} levels of arrays and objects; an event may nest at most "
+        f"{MAX_EVENT_DEPTH} (the event object is one)"
+    )
+
+
+def _field(path: str) -> str:
+    return f"field '{path}'" if path else "the line"
+
+
+def _non_finite_value(path: str, value: float) -> str:
+    return f"{_field(path)} holds {value!r}, which no JSON number is"
+
+
+class _Literal:
+    """Where a number JSON cannot hold stood in a line (found again for the dead letter)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _literal_float(literal: str) -> Any:
+    value = float(literal)
+    return _Literal(literal) if value - value != 0.0 else value
+
+
+def _literal_int(literal: str) -> Any:
+    try:
+        return _finite_int(literal)
+    except _NonFinite:
+        return _Literal(literal)
+
+
+_MARKING_DECODER = json.JSONDecoder(
+    parse_float=_literal_float, parse_int=_literal_int, parse_constant=_Literal
+)
+
+
+def _non_finite_detail(text: str, exc: _NonFinite) -> str:
+    """The detail of a ``non_finite`` line: the first field holding such a number."""
+    literal = str(exc.args[0])
+    try:
+        marked = _MARKING_DECODER.decode(text)
+    except ValueError:  # a JSON error after the number: the field is not named
+        where = None
+    else:
+        where = _first_path(marked, lambda v: isinstance(v, _Literal))
+    shown = literal if len(literal) <= 40 else literal[:37] + "..."
+    if literal in ("NaN", "Infinity", "-Infinity"):
+        return f"{_field(where or '')} holds {shown}, which no JSON number is"
+    return f"{_field(where or '')} holds {shown}, beyond the range of a double"
+
+
+def _unencodable(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _first_path(value: Any, bad: Callable[[Any], bool]) -> str | None:
+    """The path (``a.b[2]``) of the first value or key, in document order, for which ``bad``
+    holds inside a decoded line; None when there is none."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                where = f"{path}.{key}" if path else str(key)
+                if bad(key):
+                    return where
+                children.append((child, where))
+            stack.extend(reversed(children))
+        elif isinstance(item, list):
+            stack.extend(reversed([(child, f"{path}[{i}]") for i, child in enumerate(item)]))
+        elif bad(item):
+            return path
+    return None
 
 
 def stream_of(
@@ -197,6 +425,11 @@ class StreamSchema:
         Bounded out-of-orderness of the stream.
     id_field:
         Field holding an event's id (default ``id``).
+    ahead_ms:
+        How far an event time may run ahead of the wall clock (the stream's ``ahead``).
+    now_ms:
+        The wall clock, fixed (tests); ``None`` reads it at each validation
+        (:func:`cep.events.time_bounds.wall_clock_ms`).
     """
 
     name: str
@@ -205,11 +438,16 @@ class StreamSchema:
     epoch_unit_ms: int = 1000
     lateness_ms: int = 0
     id_field: str = "id"
+    ahead_ms: int = DEFAULT_AHEAD_MS
+    now_ms: int | None = None
     _timestamps: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
-    def from_decl(cls, decl: StreamDecl, *, lateness_ms: int | None = None) -> StreamSchema:
-        """Prepare ``decl``; ``lateness_ms`` overrides the declared lateness."""
+    def from_decl(
+        cls, decl: StreamDecl, *, lateness_ms: int | None = None, now_ms: int | None = None
+    ) -> StreamSchema:
+        """Prepare ``decl``; ``lateness_ms`` overrides the declared lateness, ``now_ms`` fixes
+        the wall clock that bounds event times (default: read it at each validation)."""
         fields = {f.name: f.type for f in decl.fields}
         time_field = decl.time_field
         if time_field is None:
@@ -227,8 +465,45 @@ class StreamSchema:
             epoch_unit_ms=1 if decl.time_unit == "ms" else 1000,
             lateness_ms=int(lateness_ms),
             id_field=decl.id_field or "id",
+            ahead_ms=decl.ahead.ms if decl.ahead is not None else DEFAULT_AHEAD_MS,
+            now_ms=now_ms,
             _timestamps=tuple(n for n, t in fields.items() if t == "timestamp"),
         )
+
+    # ------------------------------------------------------------------ event time
+
+    def event_time(self, value: Any) -> int:
+        """Event time (epoch ms) of the time field's ``value``, held to the time bounds.
+
+        Raises
+        ------
+        BadEventError
+            ``too_far_ahead`` beyond the wall clock plus ``ahead``; ``bad_timestamp`` when the
+            value is not a time or falls outside the years an event time may have
+            (:data:`~cep.events.time_bounds.LATEST_EVENT_MS`). Either detail names the likely
+            unit of an epoch number that does not read as a time in the stream's.
+
+        Examples
+        --------
+        >>> from query_lang import parse
+        >>> decl, = parse("stream s (ts int) time ts").declarations
+        >>> schema = StreamSchema.from_decl(decl, now_ms=1_767_225_600_000)  # 2026-01-01
+        >>> schema.event_time(1_767_225_600)
+        1767225600000
+        >>> schema.event_time(1_767_225_600_000)  # doctest: +NORMALIZE_WHITESPACE
+        Traceback (most recent call last):
+        cep.errors.BadEventError: too_far_ahead: event time 1767225600000 read as seconds is
+        year 57971, more than `ahead 1d` past the wall clock 2026-01-01T00:00:00.000Z; it looks
+        like epoch milliseconds: declare `unit ms`
+        """
+        now_ms, ahead_ms = self._clock()
+        return event_time_ms(
+            value, self.epoch_unit_ms, self.time_field or "ts", ahead_ms=ahead_ms, now_ms=now_ms
+        )
+
+    def _clock(self) -> tuple[int, int]:
+        """``(now, ahead)`` in ms: the wall clock (read now unless fixed) and the bound."""
+        return (self.now_ms if self.now_ms is not None else wall_clock_ms()), self.ahead_ms
 
     # ------------------------------------------------------------------ one event at a time
 
@@ -247,7 +522,9 @@ class StreamSchema:
         Raises
         ------
         BadEventError
-            When the time field is missing or a field does not have its declared type.
+            When the time field is missing, its time cannot be right (too far ahead of the wall
+            clock, outside the years an event time may have) or a field does not have its
+            declared type.
         """
         if self.time_field is None:
             raise BadEventError(
@@ -261,12 +538,15 @@ class StreamSchema:
         for name, kind in declared.items():
             value = raw.get(name)
             if value is not None:
-                fields[name] = _convert(value, kind, name, self.epoch_unit_ms)
+                if name == self.time_field:
+                    fields[name] = self.event_time(value)
+                else:
+                    fields[name] = _convert(value, kind, name, self.epoch_unit_ms)
             elif name in raw:
                 fields[name] = None
         for name, value in raw.items():
             if name not in declared and name != STREAM_FIELD and name != SEQ_FIELD:
-                fields[name] = plain_value(value)
+                fields[name] = checked_value(value, name)
         ts = fields.get(self.time_field)
         if ts is None:
             raise BadEventError(
@@ -307,7 +587,12 @@ class StreamSchema:
             if name not in present:
                 continue
             original = frame[name]
-            converted, failed = _convert_column(original, kind, name, self.epoch_unit_ms)
+            if name == self.time_field:
+                converted, failed = _timestamp_column(
+                    original, name, self.epoch_unit_ms, clock=self._clock()
+                )
+            else:
+                converted, failed = _convert_column(original, kind, name, self.epoch_unit_ms)
             columns[name] = converted
             changed = changed or converted is not original
             for pos, reason, detail in failed:
@@ -367,6 +652,52 @@ class StreamSchema:
         ]
 
 
+#: Inferred dtypes of object columns whose values :func:`checked_value` cannot refuse.
+_PLAIN_KINDS = frozenset({
+    "string", "empty", "boolean", "integer", "bytes", "decimal", "datetime", "datetime64",
+    "date", "time", "timedelta", "timedelta64", "period", "interval", "categorical",
+})
+
+
+def undeclared_failures(
+    frame: pd.DataFrame, declared: Collection[str], failed: Collection[int] = ()
+) -> list[tuple[int, str, str]]:
+    """``(row position, reason, detail)`` of the rows of ``frame`` whose fields outside
+    ``declared`` break an event's limits: the column-wise twin of the :func:`checked_value`
+    that :meth:`StreamSchema.normalise` applies to each undeclared field (an infinity, or too
+    deep a list or object). Rows in ``failed`` (positions) already failed: they are skipped.
+
+    Examples
+    --------
+    >>> undeclared_failures(pd.DataFrame({"a": [1.0, float("-inf")], "b": ["x", "y"]}), ["b"])
+    [(1, 'non_finite', "field 'a' holds -inf, which no JSON number is")]
+    """
+    found: dict[int, tuple[str, str]] = {}
+    skip = set(failed)
+    for name in frame.columns:
+        if name in declared or name == STREAM_FIELD or name == SEQ_FIELD:
+            continue
+        column = frame[name]
+        if pd.api.types.is_float_dtype(column.dtype):
+            values = column.to_numpy(dtype=np.float64, na_value=np.nan)
+            rows = np.flatnonzero(np.isinf(values)).tolist()
+        elif column.dtype == object:
+            if pd.api.types.infer_dtype(column, skipna=True) in _PLAIN_KINDS:
+                continue
+            values = column.to_numpy()
+            rows = range(len(values))
+        else:
+            continue
+        for row in rows:
+            if row in skip or row in found:
+                continue
+            try:
+                checked_value(values[row], str(name))
+            except BadEventError as exc:
+                found[row] = (exc.reason, exc.detail)
+    return [(row, reason, detail) for row, (reason, detail) in sorted(found.items())]
+
+
 def _fallback_id(value: Any, position: int) -> int | str:
     if value is None:
         return position
@@ -396,18 +727,31 @@ def _column_values(column: pd.Series) -> list[Any]:
 # ---------------------------------------------------------------------- value conversion
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _convert(value: Any, kind: str, name: str, unit_ms: int) -> Any:
     if kind in ("string", "text"):
         if isinstance(value, str):
             return value
-    elif kind == "float":
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif kind == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+    elif kind == "float" or kind == "int":
+        if isinstance(value, float) and not math.isfinite(value):
+            if value != value:
+                return None  # NaN: pandas' missing value, as in a DataFrame
+            raise BadEventError(EventReason.NON_FINITE, _non_finite_value(name, value))
+        if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except OverflowError:  # an integer of more than 308 digits
+                raise BadEventError(
+                    EventReason.NON_FINITE,
+                    f"field '{name}' holds {_show(value)}, beyond the range of a double",
+                ) from None
+        if kind == "int" and not isinstance(value, bool):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
+                return value
     elif kind == "bool":
         if isinstance(value, bool):
             return value
@@ -426,20 +770,59 @@ def _convert(value: Any, kind: str, name: str, unit_ms: int) -> Any:
 def parse_timestamp(value: Any, unit_ms: int = 1000, name: str = "ts") -> int:
     """Epoch milliseconds from an ISO-8601 string or an epoch number in ``unit_ms`` units.
 
-    ISO-8601 times without an offset are taken as UTC (:mod:`query_lang.timestamps`).
+    ISO-8601 times without an offset are taken as UTC (:mod:`query_lang.timestamps`). A time
+    outside the years 1 to 9999, which ISO-8601 text cannot carry, is a ``bad_timestamp``
+    (an event time is held to more: :meth:`StreamSchema.event_time`).
+
+    Examples
+    --------
+    >>> parse_timestamp("2026-01-01T00:00:00Z"), parse_timestamp(1.5)
+    (1767225600000, 1500)
+    >>> parse_timestamp(10**12, name="at")  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+    cep.errors.BadEventError: bad_timestamp: field 'at': 1000000000000 read as seconds is year
+    33658, outside the years 1 to 9999 a timestamp may have; it looks like epoch milliseconds:
+    declare `unit ms`
     """
-    ms = parse_iso_ms(value) if isinstance(value, str) else epoch_ms(value, unit_ms)
-    if ms is not None:
-        return ms
-    raise BadEventError(
-        EventReason.BAD_TIMESTAMP,
-        f"field '{name}' expected an ISO-8601 timestamp or epoch number, got {_describe(value)}",
-    )
+    ms = _time_ms(value, unit_ms)
+    if ms is None:
+        raise BadEventError(
+            EventReason.BAD_TIMESTAMP,
+            f"field '{name}' expected an ISO-8601 timestamp or epoch number, "
+            f"got {_describe(value)}",
+        )
+    if not EARLIEST_MS <= ms <= LATEST_MS:
+        raise BadEventError(
+            EventReason.BAD_TIMESTAMP,
+            range_detail(value, ms, unit_ms, LATEST_MS, what=f"field '{name}':"),
+        )
+    return ms
 
 
-def time_column_ms(column: pd.Series, name: str, unit_ms: int) -> np.ndarray:
-    """Event times (epoch ms, as float) of a column of raw time values, parsed as
-    :func:`parse_timestamp` parses one; ``NaN`` where a value is missing or not a time.
+def _time_ms(value: Any, unit_ms: int) -> int | None:
+    """Epoch ms of ISO-8601 text or an epoch number, however far; None when it is neither."""
+    if isinstance(value, str):
+        return parse_iso_ms(value)
+    if isinstance(value, float) and math.isfinite(value) and abs(value) > 2.0**53:
+        # Far outside every bound, and its product with the unit may overflow a float: the
+        # exact integer keeps it a number the bounds refuse.
+        return int(value) * unit_ms
+    return epoch_ms(value, unit_ms)
+
+
+def time_column_ms(
+    column: pd.Series,
+    name: str,
+    unit_ms: int,
+    *,
+    ahead_ms: int = DEFAULT_AHEAD_MS,
+    now_ms: int | None = None,
+) -> np.ndarray:
+    """Event times (epoch ms, as float) of a column of raw time values, parsed and bounded as
+    :meth:`StreamSchema.event_time` does one; ``NaN`` where a value is missing, not a time, or
+    a time that cannot be right (more than ``ahead_ms`` past the wall clock ``now_ms``, default
+    :func:`~cep.events.time_bounds.wall_clock_ms`; outside the years an event time may have),
+    so that such a row never moves a watermark.
 
     Examples
     --------
@@ -447,8 +830,11 @@ def time_column_ms(column: pd.Series, name: str, unit_ms: int) -> np.ndarray:
     [1500.0, nan]
     >>> time_column_ms(pd.Series(["1970-01-01T00:00:01Z", "soon"]), "ts", 1).tolist()
     [1000.0, nan]
+    >>> time_column_ms(pd.Series([1_767_225_600, 1_767_225_600_000]), "ts", 1000).tolist()
+    [1767225600000.0, nan]
     """
-    converted, failed = _timestamp_column(column, name, unit_ms)
+    clock = (now_ms if now_ms is not None else wall_clock_ms(), ahead_ms)
+    converted, failed = _timestamp_column(column, name, unit_ms, clock=clock)
     out = pd.to_numeric(pd.Series(converted), errors="coerce").to_numpy(dtype=np.float64)
     for position, _reason, _detail in failed:
         out[position] = np.nan
@@ -462,12 +848,13 @@ def _convert_column(
     failures."""
     dtype = column.dtype
     if kind == "float":
-        if dtype == np.float64:
-            return column, []
         if pd.api.types.is_float_dtype(dtype) or (
             pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
         ):
-            return column.astype(np.float64), []
+            converted = column if dtype == np.float64 else column.astype(np.float64)
+            if not np.isinf(converted.to_numpy(dtype=np.float64)).any():
+                return converted, []
+            # else row by row: an infinity is a dead letter (non_finite)
     elif kind == "int":
         if pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
             return column, []
@@ -508,32 +895,133 @@ def _convert_rowwise(
 
 
 def _timestamp_column(
-    column: pd.Series, name: str, unit_ms: int
+    column: pd.Series, name: str, unit_ms: int, clock: tuple[int, int] | None = None
 ) -> tuple[pd.Series, list[tuple[int, str, str]]]:
+    """Vectorised :func:`parse_timestamp`, or with ``clock`` (``(now, ahead)`` in ms) the
+    time field's :meth:`StreamSchema.event_time`: the column as epoch ms and its failures."""
     dtype = column.dtype
+    # Each fast path computes the times as float too (exact at the magnitudes of valid times;
+    # an int64 product could wrap), to find the rows out of bounds before the exact times.
+    exact: np.ndarray | pd.Series | None = None
     if pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
+        raw = column.to_numpy(dtype=np.int64)
+        approx = raw.astype(np.float64) * unit_ms
         if dtype == np.int64 and unit_ms == 1:
-            return column, []
-        return column.astype(np.int64) * unit_ms, []
-    if pd.api.types.is_float_dtype(dtype):
+            exact = column
+        else:
+            exact = np.where(np.abs(approx) < 2.0**62, raw, 0) * unit_ms
+    elif pd.api.types.is_float_dtype(dtype):
         values = column.to_numpy(dtype=np.float64)
-        finite = np.isfinite(values)
-        if finite.all():
-            return pd.Series(np.round(values * unit_ms).astype(np.int64), index=column.index), []
-    if pd.api.types.is_datetime64_any_dtype(dtype):
+        if np.isfinite(values).all():
+            with np.errstate(over="ignore"):  # an infinite product is out of bounds: checked
+                approx = np.round(values * unit_ms)
+            exact = np.where(np.abs(approx) < 2.0**62, approx, 0).astype(np.int64)
+    elif pd.api.types.is_datetime64_any_dtype(dtype):
         stamps = column
         if getattr(dtype, "tz", None) is None:
             stamps = stamps.dt.tz_localize("UTC")
         if not stamps.isna().any():
-            ms = stamps.dt.tz_convert("UTC").astype("datetime64[ns, UTC]").astype(np.int64)
-            return ms // 1_000_000, []
-    if pd.api.types.infer_dtype(column, skipna=True) == "string":
+            ns = stamps.dt.tz_convert("UTC").astype("datetime64[ns, UTC]").astype(np.int64)
+            exact = ns.to_numpy() // 1_000_000
+            approx = exact.astype(np.float64)
+    elif pd.api.types.infer_dtype(column, skipna=True) == "string":
         parsed = pd.to_datetime(column, utc=True, format="ISO8601", errors="coerce")
         good = parsed.notna().to_numpy() | column.isna().to_numpy()
         if good.all() and not column.isna().any():
             ns = parsed.astype("datetime64[ns, UTC]").astype(np.int64)
-            return ns // 1_000_000, []
-    return _convert_rowwise(column, "timestamp", name, unit_ms)
+            exact = ns.to_numpy() // 1_000_000
+            approx = exact.astype(np.float64)
+    if exact is None:
+        if clock is None:
+            return _convert_rowwise(column, "timestamp", name, unit_ms)
+        return _event_times_rowwise(column, name, unit_ms, clock)
+    latest = LATEST_MS if clock is None else min(LATEST_EVENT_MS, clock[0] + clock[1])
+    outside = np.flatnonzero((approx < EARLIEST_MS) | (approx > latest))
+    if not len(outside):
+        if isinstance(exact, pd.Series):
+            return exact, []
+        return pd.Series(exact, index=column.index), []
+    # Rare: each row out of bounds gets the one-value check, and with it the same detail.
+    check = _time_check(name, unit_ms, clock)
+    exact = np.array(exact, dtype=np.int64)
+    failed: list[tuple[int, str, str]] = []
+    for pos in outside.tolist():
+        try:
+            exact[pos] = check(plain_value(column.iloc[pos]))
+        except BadEventError as exc:
+            failed.append((pos, exc.reason, exc.detail))
+            exact[pos] = 0
+    return pd.Series(exact, index=column.index), failed
+
+
+def event_time_ms(
+    value: Any,
+    unit_ms: int = 1000,
+    name: str = "ts",
+    *,
+    ahead_ms: int = DEFAULT_AHEAD_MS,
+    now_ms: int | None = None,
+) -> int:
+    """:func:`parse_timestamp` of an event time, held to the time bounds: at most ``ahead_ms``
+    past the wall clock ``now_ms`` (default :func:`~cep.events.time_bounds.wall_clock_ms`),
+    within the years an event time may have (:meth:`StreamSchema.event_time`, which a
+    stream's events go through, says more).
+
+    Too far ahead is checked first: epoch milliseconds read as seconds are also past the last
+    year, and the unit is what their dead letter should be about.
+
+    Examples
+    --------
+    >>> event_time_ms("2026-01-01T00:00:00Z", now_ms=1_767_225_600_000)
+    1767225600000
+    >>> event_time_ms("2026-01-03", now_ms=1_767_225_600_000)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    cep.errors.BadEventError: too_far_ahead: event time "2026-01-03" is ...
+    """
+    ms = _time_ms(value, unit_ms)
+    if ms is None:
+        return parse_timestamp(value, unit_ms, name)
+    if now_ms is None:
+        now_ms = wall_clock_ms()
+    if ms > now_ms + ahead_ms:
+        raise BadEventError(
+            EventReason.TOO_FAR_AHEAD, ahead_detail(value, ms, unit_ms, ahead_ms, now_ms)
+        )
+    if not EARLIEST_MS <= ms <= LATEST_EVENT_MS:
+        raise BadEventError(
+            EventReason.BAD_TIMESTAMP, range_detail(value, ms, unit_ms, LATEST_EVENT_MS)
+        )
+    return ms
+
+
+def _time_check(name: str, unit_ms: int, clock: tuple[int, int] | None) -> Callable[[Any], int]:
+    """The one-value check of a timestamp column: :func:`parse_timestamp`, or with ``clock``
+    the event time's."""
+    if clock is None:
+        return lambda value: parse_timestamp(value, unit_ms, name)
+    return lambda value: event_time_ms(value, unit_ms, name, ahead_ms=clock[1], now_ms=clock[0])
+
+
+def _event_times_rowwise(
+    column: pd.Series, name: str, unit_ms: int, clock: tuple[int, int]
+) -> tuple[pd.Series, list[tuple[int, str, str]]]:
+    """:func:`_convert_rowwise` of the time field: each value through the event time's check."""
+    check = _time_check(name, unit_ms, clock)
+    out: list[Any] = []
+    failed: list[tuple[int, str, str]] = []
+    for pos, value in enumerate(column.tolist()):
+        if _is_null(value):
+            out.append(None)
+            continue
+        try:
+            out.append(check(plain_value(value)))
+        except BadEventError as exc:
+            failed.append((pos, exc.reason, exc.detail))
+            out.append(None)
+    series = pd.Series(out, index=column.index, dtype=object)
+    if not any(v is None for v in out):
+        series = series.astype(np.int64)
+    return series, failed
 
 
 def _is_null(value: Any) -> bool:

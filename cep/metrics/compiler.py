@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +39,10 @@ from query_lang.compiler import (
     compile_predicate,
 )
 from query_lang.functions import METRIC_AGGREGATES
+from query_lang.limits import metric_limit_errors
 from query_lang.printer import print_declaration
 from query_lang.tree import transform, walk
+from query_lang.types import UNGROUPED_FIELD_TYPES
 
 __all__ = ["CompiledMetric", "aggregate_slot", "compile_metric", "metric_match_id"]
 
@@ -144,7 +147,8 @@ def compile_metric(
     ------
     MetricCompileError
         Naming the metric, with the span of the offending code: an undeclared stream, a ``by``
-        field that is a list, a malformed aggregate, an expression that cannot be compiled.
+        field that is a list, a malformed aggregate, an expression that cannot be compiled, a
+        limit of :mod:`query_lang.limits` (nesting, durations) passed.
 
     Examples
     --------
@@ -176,6 +180,9 @@ def compile_metric(
             span = metric.span
         return MetricCompileError(f"{where}: {message}", span if span.line else None)
 
+    for over in metric_limit_errors(metric):
+        # The error `vigil check` reports (query_lang.limits), as this compiler's kind.
+        raise MetricCompileError(over.message, over.span) from over
     try:
         shape = WindowShape.from_ast(metric.window)
     except ValueError as error:
@@ -185,7 +192,7 @@ def compile_metric(
         raise fail(f"reads undeclared stream '{missing[0]}'")
     for field_name in metric.by:
         for s in metric.streams:
-            if streams[s].field_type(field_name) in ("list<string>", "text"):
+            if streams[s].field_type(field_name) in UNGROUPED_FIELD_TYPES:
                 raise fail(
                     f"cannot group by '{field_name}', a {streams[s].field_type(field_name)} "
                     "field; group by single values"
@@ -271,17 +278,45 @@ def _build_aggregate(
 
 
 def metric_match_id(
-    name: str, version: int, key: Mapping[str, Any], start_ms: int, end_ms: int, revision: int
+    name: str,
+    version: int,
+    key: Mapping[str, Any],
+    start_ms: int,
+    end_ms: int,
+    revision: int,
+    values: Mapping[str, Any] | None = None,
 ) -> str:
     """The deterministic id of one metric result (the scheme: :mod:`cep.events.identity`).
 
-    A correction has a higher ``revision`` and so a new id; a replay of the same input yields
-    the same ids, so downstream deduplication works.
+    A correction has a higher ``revision`` and so a new id; the result's ``values`` are part of
+    it too, so a window's result from another run (whose revisions restart) with other values
+    never shares an id with it; a replay of the same input yields the same ids, so downstream
+    deduplication works. Floats enter the id rounded to 9 significant digits: a sum's last
+    bits depend on the order of its additions, which differs between the embedded engine and
+    Spark's micro-batches, and both must give the same id.
 
     Examples
     --------
-    >>> a = metric_match_id("m", 1, {"k": "x"}, 0, 60_000, 0)
-    >>> len(a), a == metric_match_id("m", 1, {"k": "x"}, 0, 60_000, 1)
+    >>> a = metric_match_id("m", 1, {"k": "x"}, 0, 60_000, 0, {"n": 3})
+    >>> len(a), a == metric_match_id("m", 1, {"k": "x"}, 0, 60_000, 1, {"n": 3})
     (32, False)
+    >>> a == metric_match_id("m", 1, {"k": "x"}, 0, 60_000, 0, {"n": 4})
+    False
+    >>> metric_match_id("m", 1, {}, 0, 1, 0, {"s": 0.1 + 0.2}) == metric_match_id(
+    ...     "m", 1, {}, 0, 1, 0, {"s": 0.3})
+    True
     """
-    return content_id(["metric", name, version, dict(key), start_ms, end_ms, revision])
+    return content_id(
+        ["metric", name, version, dict(key), start_ms, end_ms, revision, _rounded(values or {})]
+    )
+
+
+def _rounded(value: Any) -> Any:
+    """``value`` with its floats rounded to 9 significant digits (for :func:`metric_match_id`)."""
+    if isinstance(value, float):
+        return float(f"{value:.9g}") if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v) for v in value]
+    return value

@@ -491,16 +491,17 @@ class MetricOperator:
         key = dict(zip(compiled.by, group.key, strict=True))
         window_json = {"start": iso_ms(start_ms), "end": iso_ms(end_ms)}
         order = (end_ms, start_ms, json.dumps(key, sort_keys=True, default=str), window.revision)
+        shown = {name: _json_value(v) for name, v in named.items()}
         return order, {
             "kind": "metric",
             "name": compiled.name,
             "version": compiled.version,
             "match_id": metric_match_id(
-                compiled.name, compiled.version, key, start_ms, end_ms, window.revision
+                compiled.name, compiled.version, key, start_ms, end_ms, window.revision, shown
             ),
             "key": key,
             "window": window_json,
-            "values": {name: _json_value(v) for name, v in named.items()},
+            "values": shown,
             "final": True,
             "correction": window.revision > 0,
             "revision": window.revision,

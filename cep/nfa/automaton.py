@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from cep.nfa.errors import RuleCompileError
 from query_lang import ast
+from query_lang.ast import nullable
+from query_lang.limits import MAX_PATTERN_STEPS
 
 __all__ = [
     "MAX_LETTERS",
@@ -27,9 +29,10 @@ __all__ = [
     "with_places",
 ]
 
-#: Upper bound on letters after unrolling ``{n,m}``; keeps a typo like ``{1,100000}`` from
-#: exhausting memory at compile time.
-MAX_LETTERS = 4096
+#: Upper bound on letters after unrolling ``{n,m}``: the language's limit on pattern steps
+#: (:data:`query_lang.limits.MAX_PATTERN_STEPS`, why it is that number), which
+#: :func:`cep.nfa.compiler.compile_rule` checks before building.
+MAX_LETTERS = MAX_PATTERN_STEPS
 
 TAIL_NONE = 0
 TAIL_GREEDY = 1
@@ -89,18 +92,6 @@ class StateSummary:
     greedy_tail_take: bool
 
 
-def nullable(p: ast.Pattern) -> bool:
-    if isinstance(p, ast.PatVar):
-        return False
-    if isinstance(p, ast.PatAbsent):
-        return True
-    if isinstance(p, ast.PatSeq):
-        return all(nullable(i) for i in p.items)
-    if isinstance(p, ast.PatAlt):
-        return any(nullable(o) for o in p.options)
-    return p.min == 0 or nullable(p.inner)
-
-
 def pattern_occurrences(p: ast.Pattern) -> list[tuple[str, bool, ast.Span]]:
     """Each variable occurrence in text order: ``(name, bound (not ``!x``), span)``."""
     return [
@@ -157,6 +148,8 @@ class PatternBuilder:
 
     It builds a pattern whose names are places (:func:`with_places`): ``places[name]`` gives the
     place's number and its variable.
+    It unrolls every quantifier: its caller first holds the pattern to the limit on steps
+    (:func:`query_lang.limits.pattern_steps`), as :func:`cep.nfa.compiler.compile_rule` does.
     """
 
     def __init__(self, places: Mapping[str, tuple[int, int]]):
@@ -177,12 +170,6 @@ class PatternBuilder:
         """Build ``p``; ``inside`` means within a trailing quantifier tagged ``tag``."""
         if isinstance(p, ast.PatVar):
             s, t = self.node(), self.node()
-            if len(self.letters) >= MAX_LETTERS:
-                raise RuleCompileError(
-                    f"pattern too large after expanding quantifiers (more than {MAX_LETTERS} "
-                    "steps); use smaller {n,m} bounds",
-                    p.span,
-                )
             place, var = self.places[p.name]
             self.letters.append(
                 Letter(

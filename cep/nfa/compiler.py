@@ -30,6 +30,7 @@ from cep.nfa.automaton import (
 from cep.nfa.errors import RuleCompileError
 from query_lang import ast
 from query_lang import compiler as expressions
+from query_lang.limits import pattern_variables, rule_limit_errors
 
 __all__ = [
     "DEFAULT_MAX_PARTIALS",
@@ -154,6 +155,9 @@ class CompiledRule:
     emit: tuple[tuple[str, Callable[[Mapping[str, Any], Any], Any]], ...] | None
     pattern: ast.Pattern
     fingerprint: bytes
+    #: Stream -> its declared field names: what names an event in a ``match_id``
+    #: (:func:`cep.events.identity.event_digest`); ``None``: compiled without declarations.
+    identity_fields: Mapping[str, tuple[str, ...]] | None = None
     _summaries: dict = field(default_factory=dict, repr=False)
     #: Bits of variables whose columnar mask bit is exact (no row-wise check needed).
     pure_bits: int = field(default=0, init=False)
@@ -417,7 +421,9 @@ def compile_rule(
     ------
     RuleCompileError
         When the pattern is malformed (a leading ``!x``, a trailing ``!x`` without ``within``,
-        unknown ``skip to`` variable, ...).
+        unknown ``skip to`` variable, ...) or the rule is over a limit of
+        :mod:`query_lang.limits` (pattern variables, steps or transitions, nesting, durations;
+        with the message ``vigil check`` reports, the limit's error as its cause).
 
     Examples
     --------
@@ -435,20 +441,18 @@ def compile_rule(
     """
     if max_partials < 1:
         raise RuleCompileError(f"rule {rule.name}: max_partials must be at least 1", rule.span)
+    for over in rule_limit_errors(rule):
+        # The error `vigil check` reports (query_lang.limits), as this compiler's kind.
+        raise RuleCompileError(over.message, over.span) from over
     check_negations(rule.pattern)
     occ = pattern_occurrences(rule.pattern)
-    order: list[str] = []
-    for name, _, _ in occ:
-        if name not in order:
-            order.append(name)
+    order = list(pattern_variables(rule.pattern))  # one mask bit each (MAX_PATTERN_VARIABLES)
     for d in rule.defines:
         if d.var not in order:
             raise RuleCompileError(
                 f"rule {rule.name}: variable {d.var} is defined but not used in the pattern",
                 d.span,
             )
-    if len(order) > 62:
-        raise RuleCompileError(f"rule {rule.name}: more than 62 pattern variables", rule.span)
     var_index = {v: i for i, v in enumerate(order)}
     bound = frozenset(var_index[n] for n, is_bound, _ in occ if is_bound)
     if rule.skip.kind in ("to_first", "to_last"):
@@ -555,5 +559,9 @@ def compile_rule(
         emit=emit_fns,
         pattern=rule.pattern,
         fingerprint=fingerprint,
+        identity_fields=(
+            None if streams is None
+            else {s: tuple(f.name for f in streams[s].fields) for s in rule_streams if s in streams}
+        ),
     )
 

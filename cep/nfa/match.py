@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cep.events.identity import content_id
+from cep.events.identity import content_id, event_digest
 from cep.nfa.compiler import CompiledRule
 from cep.nfa.errors import RuleRuntimeError
 from query_lang.timestamps import format_iso_ms
@@ -21,19 +21,34 @@ __all__ = ["Match", "build_match", "match_id_of"]
 
 
 def match_id_of(
-    rule: str, version: int, key: dict[str, Any], events: dict[str, list[Any]]
+    rule: str,
+    version: int,
+    key: dict[str, Any],
+    events: dict[str, list[Any]],
+    digests: dict[str, list[str]] | None = None,
 ) -> str:
-    """The deterministic id of a match (the scheme: :mod:`cep.events.identity`).
+    """The deterministic id of a match (the scheme: :mod:`cep.events.identity`): its rule,
+    version, key, and each bound event's id with its digest (``digests``, aligned with
+    ``events``; without them, the ids alone).
 
     Examples
     --------
-    >>> a = match_id_of("r", 1, {"k": 1}, {"a": [1], "b": [2, 3]})
-    >>> a == match_id_of("r", 1, {"k": 1}, {"b": [2, 3], "a": [1]})
+    >>> ev, dg = {"a": [1], "b": [2, 3]}, {"a": ["d1"], "b": ["d2", "d3"]}
+    >>> a = match_id_of("r", 1, {"k": 1}, ev, dg)
+    >>> a == match_id_of("r", 1, {"k": 1}, dict(reversed(ev.items())), dg)
     True
-    >>> len(a), a == match_id_of("r", 2, {"k": 1}, {"a": [1], "b": [2, 3]})
+    >>> a == match_id_of("r", 1, {"k": 1}, ev, {**dg, "a": ["d9"]})
+    False
+    >>> len(a), a == match_id_of("r", 2, {"k": 1}, ev, dg)
     (32, False)
     """
-    return content_id([rule, version, key, events], ascii_only=True)
+    if digests is None:
+        return content_id([rule, version, key, events], ascii_only=True)
+    named = {
+        var: [[ident, digest] for ident, digest in zip(ids, digests[var], strict=True)]
+        for var, ids in events.items()
+    }
+    return content_id([rule, version, key, named], ascii_only=True)
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,9 @@ class Match:
         Event time of the first bound event, and of the last one (or the absence deadline).
     severity:
         The rule's severity.
+    digests:
+        Each bound event's digest (:func:`cep.events.identity.event_digest`), aligned with
+        ``events``: with the ids, they name the events in the ``match_id``.
     """
 
     rule: str
@@ -64,11 +82,13 @@ class Match:
     start_ms: int
     end_ms: int
     severity: str = "medium"
+    digests: dict[str, list[str]] | None = None
 
     @property
     def match_id(self) -> str:
-        """Hex of sha256 (truncated to 32 chars) of rule name, version, key and event ids."""
-        return match_id_of(self.rule, self.version, self.key, self.events)
+        """32 hex digits of SHA-256 over rule name, version, key, and the bound events' ids
+        and digests (:func:`match_id_of`)."""
+        return match_id_of(self.rule, self.version, self.key, self.events, self.digests)
 
     def to_json(self) -> dict[str, Any]:
         """The match as a JSON-ready dict (the shape every engine emits)."""
@@ -106,9 +126,16 @@ def build_match(
         The match's end (an absence deadline); ``None``: the last event's time.
     """
     names, places = rule.variables, rule.places
+    declared = rule.identity_fields
     events: dict[str, list[Any]] = {}
+    digests: dict[str, list[str]] = {}
     for place, event in word:
-        events.setdefault(names[places[place]], []).append(event.id)
+        var = names[places[place]]
+        events.setdefault(var, []).append(event.id)
+        fields = None if declared is None else declared.get(event.stream)
+        digests.setdefault(var, []).append(
+            event_digest(event.stream, event.ts, event.fields, fields)
+        )
     first, last = word[0][1], word[-1][1]
     key_values = _key_values(rule, key, first)
     values = (
@@ -124,6 +151,7 @@ def build_match(
         start_ms=first.ts,
         end_ms=last.ts if end_ms is None else end_ms,
         severity=rule.severity,
+        digests=digests,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from cep.nfa.automaton import TAIL_GREEDY, TAIL_RELUCTANT
@@ -19,11 +20,13 @@ from cep.nfa.state import (
     RuleState,
     _Absence,
     _Binding,
+    _Cohort,
     _Event,
     _Held,
-    _Partial,
     _StrictEntry,
     _StrictRun,
+    count_members,
+    join_cohorts,
     new_state,
 )
 
@@ -110,6 +113,12 @@ class _Evaluator:
             self.cache[var] = result
         return result
 
+    def fitting(self, var: int, nodes: list[_Binding]) -> list[int] | None:
+        """The members (indices into ``nodes``) the event fits as ``var``; None means all."""
+        fits = self.fits
+        members = [i for i, node in enumerate(nodes) if fits(var, node)]
+        return None if len(members) == len(nodes) else members
+
     def _evaluate(self, var: int, cond, node: _Binding | None) -> bool:
         event = self.event
         if self.mask is not None and not (self.mask >> var) & 1:
@@ -192,7 +201,7 @@ class _Emitter:
         if resume <= 0:
             return
         s = self.state
-        s.partials = [p for p in s.partials if p.start_pos >= resume]
+        s.cohorts = _members_since(s.cohorts, "start_pos", resume)
         s.held = [h for h in s.held if _start(h.node) >= resume]
         s.absences = [a for a in s.absences if _start(a.node) >= resume]
         s.runs = [r for r in s.runs if r.start_pos >= resume]
@@ -280,7 +289,7 @@ def process_event(
             f"{state.last_ts}; feed each key's events in event-time order"
         )
     emitter = _Emitter(rule, state)
-    if state.held or state.absences or state.runs or state.partials:
+    if state.held or state.absences or state.runs or state.cohorts:
         _fire(rule, state, ts, emitter)
     if state.key is None:
         names = rule.key_fields.get(event.stream, ())
@@ -290,16 +299,21 @@ def process_event(
     state.last_ts = ts
     state.events_seen += 1
     ev = _Evaluator(rule, state, current, mask)
+    born = state.born
     if rule.contiguity == "strict":
         found, live = _strict_step(rule, state, ev)
     else:
         found = _relaxed_step(rule, state, ev)
-        live = len(state.partials)
+        live = count_members(state.cohorts)
     if found:
         emitter.emit_slot(found)
         live = state.partial_count
     if rule.partials == "latest" or live > rule.max_partials:
         _enforce_caps(rule, state)
+    if state.born != born and len(state.cohorts) > 1:
+        # New partial matches may continue from where others do: join their cohorts, after
+        # the cap, so that the cohorts it drops are not copied first.
+        state.cohorts = join_cohorts(state.cohorts)
     if rule.prev_depth:
         state.history.append(event.fields)
         if len(state.history) > rule.prev_depth:
@@ -328,8 +342,6 @@ def advance_watermark(rule: CompiledRule, state: RuleState, watermark_ms: float)
 
 def _relaxed_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
     event = ev.event
-    within = rule.within_ms
-    relaxed = rule.contiguity == "relaxed"
     place_var = rule.places
     found: list[tuple[_Binding, int | None]] = []
 
@@ -341,48 +353,129 @@ def _relaxed_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
             survivors.append(pending)
     state.absences = survivors
 
-    kept: list[_Partial] = []
-    children: list[_Partial] = []
-    for p in state.partials:
-        if within is not None and event.ts - p.start_ts > within:
-            continue
-        summary = rule.summary(p.letters)
-        fitted = False
-        for place, options in summary.takes.items():
-            if not ev.fits(place_var[place], p.node):
-                continue
-            fitted = True
-            if len(options) == 1:
-                letter, guards = options[0]
-                targets = [] if guards & p.blocked else [letter]
-            else:
-                targets = sorted({lt for lt, guards in options if not (guards & p.blocked)})
-            if targets:
-                children.append(_child(rule, state, p, place, targets, event))
-        if fitted and relaxed:
-            continue
-        if summary.guards:
-            p.blocked = _block(rule, ev, p.node, p.blocked, summary.guards)
-            if all(
-                guards & p.blocked for opts in summary.takes.values() for _, guards in opts
-            ):
-                continue
-        kept.append(p)
+    # _fire has dropped the partial matches whose window closed before this event.
+    kept: list[_Cohort] = []
+    children: list[_Cohort] = []
+    for cohort in state.cohorts:
+        _step(rule, state, ev, cohort, kept, children)
 
     if state.pos - 1 >= state.resume:
         start = rule.summary((-1,))
         for place, options in start.takes.items():
             if ev.fits(place_var[place], None):
-                targets = sorted({letter for letter, _ in options})
-                children.append(_child(rule, state, None, place, targets, event))
+                targets = tuple(sorted({letter for letter, _ in options}))
+                children.append(_extend(rule, state, None, None, place, targets, event))
 
     for child in children:
-        summary = rule.summary(child.letters)
-        _arrive(rule, state, child, summary, found)
-        if summary.takes:
-            kept.append(child)
-    state.partials = kept
+        _arrive(rule, state, child, found, kept)
+    state.cohorts = kept
     return found
+
+
+def _step(
+    rule: CompiledRule,
+    state: RuleState,
+    ev: _Evaluator,
+    cohort: _Cohort,
+    kept: list[_Cohort],
+    children: list[_Cohort],
+) -> None:
+    """Offer the event to every member of ``cohort``: TAKE (children), IGNORE (kept).
+
+    Whatever depends only on the cohort's letters and flags is decided once; conditions that
+    read bindings are evaluated per member.
+    """
+    summary = rule.summary(cohort.letters)
+    conditions, place_var, blocked = rule.conditions, rule.places, cohort.blocked
+    took: list[list[int] | None] = []  # per fitting place: its members (None: all)
+    moves: list[tuple[int, tuple[int, ...], list[int] | None]] = []
+    for place, options in summary.takes.items():
+        var = place_var[place]
+        if not conditions[var].reads_variables:
+            if not ev.fits(var, None):
+                continue
+            members = None
+        else:
+            members = ev.fitting(var, cohort.nodes)
+            if members is not None and not members:
+                continue
+        took.append(members)
+        if len(options) == 1:
+            letter, guards = options[0]
+            if not guards & blocked:
+                moves.append((place, (letter,), members))
+        else:
+            targets = tuple(sorted({lt for lt, guards in options if not (guards & blocked)}))
+            if targets:
+                moves.append((place, targets, members))
+
+    if len(moves) == 1:
+        place, targets, members = moves[0]
+        children.append(_extend(rule, state, cohort, members, place, targets, ev.event))
+    elif moves:
+        # Children are born member by member, and place by place for one member.
+        chosen = [None if members is None else set(members) for _, _, members in moves]
+        for i in range(len(cohort.nodes)):
+            for (place, targets, _), which in zip(moves, chosen, strict=True):
+                if which is None or i in which:
+                    children.append(_extend(rule, state, cohort, [i], place, targets, ev.event))
+
+    if took and rule.contiguity == "relaxed":
+        # Under relaxed contiguity a member that fits a transition must take it.
+        if None in took:
+            return
+        taken = set().union(*took)
+        rest = cohort.select([i for i in range(len(cohort.nodes)) if i not in taken])
+        if rest is None:
+            return
+        cohort = rest
+    if not summary.guards:
+        kept.append(cohort)
+        return
+    take_guards = [guards for opts in summary.takes.values() for _, guards in opts]
+    for now_blocked, members in _blocked_runs(rule, ev, cohort, summary.guards):
+        if all(guards & now_blocked for guards in take_guards):
+            continue
+        part = cohort.select(members) if members is not None else cohort
+        kept.append(
+            _Cohort(part.letters, now_blocked, part.supersedes, part.after_reluctant,
+                    part.nodes, part.start_pos, part.start_ts, part.born, part.earliest)
+        )
+
+
+def _blocked_runs(
+    rule: CompiledRule, ev: _Evaluator, cohort: _Cohort, guards: frozenset[int]
+) -> list[tuple[frozenset[int], list[int] | None]]:
+    """The cohort's guards blocked by the event: ``(blocked, members)`` per run of members that
+    agree (``members`` None: all of them)."""
+    conditions = rule.conditions
+    if all(not conditions[rule.guards[g]].reads_variables for g in guards):
+        return [(_block(rule, ev, None, cohort.blocked, guards), None)]
+    runs: list[tuple[frozenset[int], list[int] | None]] = []
+    for i, node in enumerate(cohort.nodes):
+        blocked = _block(rule, ev, node, cohort.blocked, guards)
+        if runs and runs[-1][0] == blocked:
+            runs[-1][1].append(i)
+        else:
+            runs.append((blocked, [i]))
+    return runs
+
+
+def _members_since(cohorts: list[_Cohort], field: str, lowest: float) -> list[_Cohort]:
+    """The members whose ``field`` (``start_pos`` or ``start_ts``) is at least ``lowest``."""
+    out: list[_Cohort] = []
+    for cohort in cohorts:
+        if field == "start_ts" and cohort.earliest >= lowest:
+            out.append(cohort)
+            continue
+        values = getattr(cohort, field)
+        if min(values) >= lowest:
+            out.append(cohort)
+            continue
+        rest = cohort.select([i for i, v in enumerate(values) if v >= lowest])
+        if rest is not None:
+            out.append(rest)
+    return out
 
 
 def _union(sets: tuple[frozenset[int], ...]) -> frozenset[int]:
@@ -403,63 +496,96 @@ def _block(
     return blocked | frozenset(fresh) if fresh else blocked
 
 
-def _child(
+def _extend(
     rule: CompiledRule,
     state: RuleState,
-    parent: _Partial | None,
+    parent: _Cohort | None,
+    members: list[int] | None,
     place: int,
-    targets: list[int],
+    targets: tuple[int, ...],
     event: _Event,
-) -> _Partial:
+) -> _Cohort:
+    """The children of ``parent``'s members (None: all) taking ``event`` at ``place``; a new
+    partial match when ``parent`` is None. One binding link per child."""
     supersedes: tuple[int, ...] = ()
     after_reluctant = False
-    if parent is not None and (parent.supersedes or parent.after_reluctant):
-        tails = {rule.letters[t].tail for t in targets}
-        # The event extends the match inside a trailing quantifier when any derivation takes
-        # it there (a fixed repetition like (a{1,3}){2} also reaches a's outside the tail).
-        if TAIL_GREEDY in tails:
-            supersedes = parent.supersedes
-        if TAIL_RELUCTANT in tails:
-            after_reluctant = parent.after_reluctant
-    state.born += 1
-    return _Partial(
-        node=_Binding(parent.node if parent is not None else None, place, event),
-        letters=tuple(targets),
-        blocked=frozenset(),
-        supersedes=supersedes,
-        after_reluctant=after_reluctant,
-        start_pos=parent.start_pos if parent is not None else event.pos,
-        start_ts=parent.start_ts if parent is not None else event.ts,
-        born=state.born,
+    if parent is None:
+        nodes = [_Binding(None, place, event)]
+        start_pos, start_ts, earliest = [event.pos], [event.ts], event.ts
+    else:
+        if parent.supersedes or parent.after_reluctant:
+            tails = {rule.letters[t].tail for t in targets}
+            # The event extends the match inside a trailing quantifier when any derivation
+            # takes it there (a fixed repetition like (a{1,3}){2} also reaches a's outside the
+            # tail).
+            if TAIL_GREEDY in tails:
+                supersedes = parent.supersedes
+            if TAIL_RELUCTANT in tails:
+                after_reluctant = parent.after_reluctant
+        source = parent.select(members) if members is not None else parent
+        if len(source.nodes) == 1:
+            nodes = [_Binding(source.nodes[0], place, event)]
+        else:
+            nodes = list(map(_Binding, source.nodes, repeat(place), repeat(event)))
+        start_pos, start_ts = source.start_pos, source.start_ts
+        if source is parent:  # a cohort owns its lists
+            start_pos, start_ts = start_pos.copy(), start_ts.copy()
+        earliest = source.earliest
+    born = state.born
+    state.born += len(nodes)
+    return _Cohort(
+        targets, _NO_GUARDS, supersedes, after_reluctant, nodes, start_pos, start_ts,
+        range(born + 1, state.born + 1), earliest,
     )
 
 
-def _arrive(rule: CompiledRule, state: RuleState, child: _Partial, summary, found: list) -> None:
-    """Handle a partial match that just took an event: plain and absence accepts."""
+def _arrive(
+    rule: CompiledRule, state: RuleState, child: _Cohort, found: list, kept: list[_Cohort]
+) -> None:
+    """Handle partial matches that just took an event (plain and absence accepts); keep
+    those that may take more."""
+    summary = rule.summary(child.letters)
     if not summary.accepts:
+        if summary.takes:
+            kept.append(child)
         return
+    out = [child]
     plain = any(not guards for guards in summary.accepts)
     absent = tuple(guards for guards in summary.accepts if guards)
     if plain:
-        for held in state.held:
-            if held.id in child.supersedes:
-                held.superseded = True
+        if child.supersedes:
+            for held in state.held:
+                if held.id in child.supersedes:
+                    held.superseded = True
         if not child.after_reluctant:
             if summary.greedy_tail_take:
-                state.held_ids += 1
+                # Each match is held on its own and remembers which hold it extends.
                 within = rule.within_ms
-                deadline = child.start_ts + within if within is not None else _INF
-                state.held.append(_Held(state.held_ids, child.node, deadline))
-                child.supersedes = child.supersedes + (state.held_ids,)
+                out = []
+                for node, start_pos, start_ts, born in zip(
+                    child.nodes, child.start_pos, child.start_ts, child.born, strict=True
+                ):
+                    state.held_ids += 1
+                    deadline = start_ts + within if within is not None else _INF
+                    state.held.append(_Held(state.held_ids, node, deadline))
+                    out.append(_Cohort(
+                        child.letters, child.blocked, child.supersedes + (state.held_ids,),
+                        child.after_reluctant, [node], [start_pos], [start_ts], [born],
+                    ))
             else:
-                found.append((child.node, None))
+                found.extend((node, None) for node in child.nodes)
         if any(rule.letters[t].tail == TAIL_RELUCTANT for opts in summary.takes.values()
                for t, _ in opts):
-            child.after_reluctant = True
+            for cohort in out:
+                cohort.after_reluctant = True
     if absent and rule.within_ms is not None:
-        state.absences.append(
-            _Absence(child.node, absent, frozenset(), child.start_ts + rule.within_ms)
+        within = rule.within_ms
+        state.absences.extend(
+            _Absence(node, absent, frozenset(), start_ts + within)
+            for node, start_ts in zip(child.nodes, child.start_ts, strict=True)
         )
+    if summary.takes:
+        kept.extend(out)
 
 
 # ---------------------------------------------------------------- strict
@@ -617,30 +743,40 @@ def _fire(rule: CompiledRule, state: RuleState, watermark: float, emitter: _Emit
         state.runs = keep_runs
         emitter.emit_slot(found)
     if end_of_input:
-        state.partials = []
+        state.cohorts = []
     elif within is not None:
-        state.partials = [p for p in state.partials if p.start_ts + within >= watermark]
+        state.cohorts = _members_since(state.cohorts, "start_ts", watermark - within)
 
 
 def _enforce_caps(rule: CompiledRule, state: RuleState) -> None:
     if rule.partials == "latest":
-        if state.partials:
-            newest: dict[tuple[int, ...], _Partial] = {}
-            for p in state.partials:
-                current = newest.get(p.letters)
-                if current is None or p.born > current.born:
-                    newest[p.letters] = p
-            state.partials = sorted(newest.values(), key=lambda p: p.born)
+        if state.cohorts:
+            # The newest partial match per NFA state: the last member of the last cohort.
+            claimed: set[tuple[int, ...]] = set()
+            newest: list[_Cohort] = []
+            for cohort in reversed(state.cohorts):
+                if cohort.letters not in claimed:
+                    claimed.add(cohort.letters)
+                    newest.append(cohort.drop_oldest(len(cohort.nodes) - 1))
+            state.cohorts = newest[::-1]
         if state.runs:
             _latest_strict(state)
     over = state.partial_count - rule.max_partials
     if over <= 0:
         return
-    if state.partials:
-        state.partials.sort(key=lambda p: p.born)
-        drop = min(over, len(state.partials))
+    if state.cohorts:
+        # Cohorts are in born order: the oldest partial matches are a prefix.
+        cohorts = state.cohorts
+        first = drop = 0
+        while first < len(cohorts) and drop + len(cohorts[first].nodes) <= over:
+            drop += len(cohorts[first].nodes)
+            first += 1
+        rest = cohorts[first:]
+        if rest and drop < over:
+            rest[0] = rest[0].drop_oldest(over - drop)
+            drop = over
+        state.cohorts = rest
         state.dropped_partials += drop
-        del state.partials[:drop]
         over -= drop
     while over > 0 and state.runs:
         oldest = min(state.runs, key=lambda r: r.born)

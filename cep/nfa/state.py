@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from cep.nfa.compiler import CompiledRule
@@ -76,7 +77,7 @@ class _Binding:
 
 @dataclass(slots=True)
 class _Partial:
-    """A partial match under relaxed/any contiguity: a binding list and its NFA letters."""
+    """One partial match under relaxed/any contiguity, as :attr:`RuleState.partials` lists it."""
 
     node: _Binding
     letters: tuple[int, ...]
@@ -86,6 +87,121 @@ class _Partial:
     start_pos: int
     start_ts: int
     born: int
+
+
+class _Cohort:
+    """Partial matches (relaxed/any) at the same NFA position with the same flags.
+
+    ``letters``, ``blocked``, ``supersedes`` and ``after_reluctant`` are shared; ``nodes``,
+    ``start_pos``, ``start_ts`` and ``born`` hold one entry per member, in born order, and
+    ``earliest`` is the smallest ``start_ts``. A state's cohorts are in born order too, so its
+    partial matches, oldest first, are the members of its cohorts in turn: the cap drops a
+    prefix, and one step moves a whole cohort at the cost of a binding link per member. Each
+    cohort owns its member lists (joining appends to the older cohort's lists).
+    """
+
+    __slots__ = (
+        "letters", "blocked", "supersedes", "after_reluctant", "nodes", "start_pos", "start_ts",
+        "born", "earliest",
+    )
+
+    def __init__(
+        self,
+        letters: tuple[int, ...],
+        blocked: frozenset[int],
+        supersedes: tuple[int, ...],
+        after_reluctant: bool,
+        nodes: list[_Binding],
+        start_pos: list[int],
+        start_ts: list[int],
+        born: list[int] | range,
+        earliest: int | None = None,
+    ):
+        self.letters = letters
+        self.blocked = blocked
+        self.supersedes = supersedes
+        self.after_reluctant = after_reluctant
+        self.nodes = nodes
+        self.start_pos = start_pos
+        self.start_ts = start_ts
+        self.born = born
+        self.earliest = min(start_ts) if earliest is None else earliest
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def flags(self) -> tuple:
+        """What the members share; neighbouring cohorts with equal flags are joined."""
+        return (self.letters, self.blocked, self.supersedes, self.after_reluctant)
+
+    def select(self, members: list[int]) -> _Cohort | None:
+        """The cohort of the given members (indices, ascending), None when there are none."""
+        if not members:
+            return None
+        if len(members) == len(self.nodes):
+            return self
+        return _Cohort(
+            self.letters, self.blocked, self.supersedes, self.after_reluctant,
+            [self.nodes[i] for i in members], [self.start_pos[i] for i in members],
+            [self.start_ts[i] for i in members], [self.born[i] for i in members],
+        )
+
+    def drop_oldest(self, count: int) -> _Cohort:
+        """The cohort without its ``count`` oldest members (fewer than it has)."""
+        if not count:
+            return self
+        return _Cohort(
+            self.letters, self.blocked, self.supersedes, self.after_reluctant,
+            self.nodes[count:], self.start_pos[count:], self.start_ts[count:],
+            self.born[count:],
+        )
+
+    def member(self, i: int) -> _Partial:
+        return _Partial(
+            self.nodes[i], self.letters, self.blocked, self.supersedes, self.after_reluctant,
+            self.start_pos[i], self.start_ts[i], self.born[i],
+        )
+
+
+def count_members(cohorts: list[_Cohort]) -> int:
+    """The number of partial matches in ``cohorts``."""
+    n = 0
+    for cohort in cohorts:
+        n += len(cohort.nodes)
+    return n
+
+
+def join_cohorts(cohorts: list[_Cohort]) -> list[_Cohort]:
+    """``cohorts`` (in born order) with each run of neighbours that share their flags joined
+    into the first of them, so a state holds few cohorts however its members arrived.
+
+    Joining appends the newer members to the older cohort's lists: its cost is the number of
+    members that move, not the size of the cohort they join.
+    """
+    letters = None
+    for cohort in cohorts:
+        if cohort.letters == letters:
+            break
+        letters = cohort.letters
+    else:
+        return cohorts
+    out: list[_Cohort] = []
+    shared = None
+    for cohort in cohorts:
+        flags = cohort.flags()
+        if out and flags == shared:
+            older = out[-1]
+            older.nodes.extend(cohort.nodes)
+            older.start_pos.extend(cohort.start_pos)
+            older.start_ts.extend(cohort.start_ts)
+            if isinstance(older.born, range):
+                older.born = list(older.born)
+            older.born.extend(cohort.born)
+            older.earliest = min(older.earliest, cohort.earliest)
+        else:
+            out.append(cohort)
+            shared = flags
+    return out
 
 
 @dataclass(slots=True)
@@ -163,7 +279,7 @@ class RuleState:
     """
 
     __slots__ = (
-        "key", "pos", "watermark", "resume", "dropped_partials", "partials", "held",
+        "key", "pos", "watermark", "resume", "dropped_partials", "cohorts", "held",
         "absences", "_runs", "lazy_runs", "history", "born", "held_ids", "last_ts",
         "events_seen", "fingerprint", "within",
     )
@@ -176,7 +292,8 @@ class RuleState:
         self.watermark: float | None = None
         self.resume = 0
         self.dropped_partials = 0
-        self.partials: list[_Partial] = []
+        # Partial matches under relaxed/any contiguity, oldest first (see _Cohort).
+        self.cohorts: list[_Cohort] = []
         self.held: list[_Held] = []
         self.absences: list[_Absence] = []
         self._runs: list[_StrictRun] = []
@@ -203,17 +320,24 @@ class RuleState:
         self.lazy_runs = None
 
     @property
+    def partials(self) -> list[_Partial]:
+        """Live partial matches under relaxed/any contiguity, oldest first (a copy)."""
+        return [c.member(i) for c in self.cohorts for i in range(len(c))]
+
+    @property
     def is_empty(self) -> bool:
         """True when nothing is pending, so the caller may drop the stored state."""
         return not (
-            self.partials or self.held or self.absences or self._runs or self.lazy_runs
+            self.cohorts or self.held or self.absences or self._runs or self.lazy_runs
             or self.history
         )
 
     @property
     def partial_count(self) -> int:
         """Live partial matches (relaxed/any) or strict alternatives."""
-        return len(self.partials) + sum(len(r.entries) for r in self.runs)
+        runs = self.runs
+        n = count_members(self.cohorts)
+        return n + sum(len(r.entries) for r in runs) if runs else n
 
     @property
     def next_timer_ms(self) -> int | None:
@@ -226,7 +350,7 @@ class RuleState:
         deadlines.extend(a.deadline for a in self.absences)
         if self.within is not None:
             # Expiring partial matches produce no output but let the caller drop the state.
-            deadlines.extend(p.start_ts + self.within for p in self.partials)
+            deadlines.extend(c.earliest + self.within for c in self.cohorts)
             runs = self.lazy_runs.runs if self.lazy_runs is not None else self._runs
             deadlines.extend(r.start_ts + self.within for r in runs)
         finite = [d for d in deadlines if d != _INF]
@@ -294,9 +418,12 @@ def _encode(state: RuleState) -> bytes:
         "last": state.last_ts,
         "seen": state.events_seen,
         "p": [
-            [ref(p.node), list(p.letters), sorted(p.blocked), list(p.supersedes),
-             int(p.after_reluctant), p.start_pos, p.start_ts, p.born]
-            for p in state.partials
+            [ref(node), list(c.letters), sorted(c.blocked), list(c.supersedes),
+             int(c.after_reluctant), start_pos, start_ts, born]
+            for c in state.cohorts
+            for node, start_pos, start_ts, born in zip(
+                c.nodes, c.start_pos, c.start_ts, c.born, strict=True
+            )
         ],
         "h": [[h.id, ref(h.node), _num_out(h.deadline), int(h.superseded)] for h in state.held],
         "a": [
@@ -394,10 +521,13 @@ def _rebuild(body: dict, rule: CompiledRule) -> RuleState:
     state.held_ids = body["hid"]
     state.last_ts = body["last"]
     state.events_seen = body["seen"]
-    state.partials = [
-        _Partial(node(n), letters(lt), frozenset(b), tuple(s), bool(ar), sp, st, born)
-        for n, lt, b, s, ar, sp, st, born in body["p"]
-    ]
+    # Rows are partial matches oldest first; a run of rows with the same flags is a cohort.
+    for (lt, b, s, ar), run in groupby(body["p"], key=lambda row: row[1:5]):
+        rows = list(run)
+        state.cohorts.append(_Cohort(
+            letters(lt), frozenset(b), tuple(s), bool(ar), [node(row[0]) for row in rows],
+            [row[5] for row in rows], [row[6] for row in rows], [row[7] for row in rows],
+        ))
     state.held = [_Held(i, node(n), _num_in(d), bool(s)) for i, n, d, s in body["h"]]
     state.absences = [
         _Absence(node(n), tuple(frozenset(g) for g in gs), frozenset(b), d)

@@ -10,7 +10,9 @@ Modules, bottom up: ``expressions`` (the type of each expression, and what is wr
 
 from __future__ import annotations
 
+from query_lang.checks.context import event_time_field
+from query_lang.checks.declarations import stream_warnings
 from query_lang.checks.expressions import re2_problem
 from query_lang.checks.program import check_declarations
 
-__all__ = ["check_declarations", "re2_problem"]
+__all__ = ["check_declarations", "event_time_field", "re2_problem", "stream_warnings"]

@@ -92,6 +92,14 @@ class ProgramContext:
                 )
             else:
                 known.append(name)
+                if event_time_field(self.streams[name]) is None:
+                    kind = type(decl).__name__.removesuffix("Decl").lower()
+                    self.error(
+                        VigilNameError,
+                        f"{kind} '{decl.name}' reads stream '{name}', which has no event time: "
+                        "declare `time FIELD`",
+                        self.find(decl, "from", name),
+                    )
         return known
 
     def check_notify(self, decl) -> None:
@@ -118,6 +126,24 @@ class ProgramContext:
                     VigilNameError, f"{clause} produces '{name}' twice; rename one with 'as'", item
                 )
             seen.add(name)
+
+
+def event_time_field(stream: ast.StreamDecl) -> str | None:
+    """The field that holds a stream's event time: the one ``time`` names, else its only
+    ``timestamp`` field, else None (rules, queries and metrics cannot read the stream).
+
+    Examples
+    --------
+    >>> from query_lang import parse
+    >>> [event_time_field(s) for s in parse(
+    ...     "stream a (at timestamp)\\nstream b (n int, at int) time at\\nstream c (n int)\\n"
+    ... ).declarations]
+    ['at', 'at', None]
+    """
+    if stream.time_field is not None:
+        return stream.time_field
+    stamps = [f.name for f in stream.fields if f.type == "timestamp"]
+    return stamps[0] if len(stamps) == 1 else None
 
 
 def union_fields(field_maps: Iterable[dict[str, str]]) -> dict[str, str]:

@@ -4,11 +4,13 @@ and ``having``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from query_lang import ast
 from query_lang import types as T
 from query_lang.checks.context import ProgramContext, union_fields
 from query_lang.checks.expressions import ExpressionScope, has_aggregate
-from query_lang.errors import VigilNameError, VigilTypeError, VigilValueError
+from query_lang.errors import VigilNameError, VigilTypeError, VigilValueError, VigilWarning
 from query_lang.lexical import duration_text
 
 
@@ -34,11 +36,46 @@ def check_stream(ctx: ProgramContext, s: ast.StreamDecl) -> None:
             )
     elif s.lateness is not None:
         ctx.error(VigilValueError, "'lateness' needs a 'time' field", s.lateness)
+    if s.ahead is not None:
+        if s.time_field is None:
+            ctx.error(VigilValueError, "'ahead' needs a 'time' field", s.ahead)
+        elif s.ahead.ms <= 0:
+            # Clocks drift: a bound of zero would reject events stamped a moment ahead.
+            ctx.error(VigilValueError, "'ahead' must be longer than zero", s.ahead)
     if s.id_field is not None and s.field_type(s.id_field) is None:
         ctx.error(
             VigilNameError, f"id field '{s.id_field}' is not a field of stream '{s.name}'",
             ctx.find(s, "id", s.id_field),
         )
+
+
+def stream_warnings(
+    streams: Iterable[ast.StreamDecl], sources: Mapping[str, str] | None = None
+) -> list[VigilWarning]:
+    """Streams that probably do not read their times as their author means: a time field
+    declared ``int`` or ``float`` without ``unit`` holds epoch numbers read as seconds, and
+    epoch milliseconds are as common (``sources``, file -> text, lets a warning show its line).
+
+    Examples
+    --------
+    >>> from query_lang import parse
+    >>> module = parse("stream s (at int) time at")
+    >>> [w.message for w in stream_warnings(module.declarations)]  # doctest: +ELLIPSIS
+    ["stream 's' reads its time field 'at' (int) as epoch seconds: ..."]
+    """
+    found = []
+    for s in streams:
+        if not isinstance(s, ast.StreamDecl) or s.time_field is None or s.time_unit is not None:
+            continue
+        kind = s.field_type(s.time_field)
+        if kind in ("int", "float"):
+            decl = next(f for f in s.fields if f.name == s.time_field)
+            found.append(VigilWarning(
+                f"stream '{s.name}' reads its time field '{s.time_field}' ({kind}) as epoch "
+                "seconds: say so with `unit s`, or declare `unit ms` if it holds milliseconds",
+                decl.span, (sources or {}).get(decl.span.file),
+            ))
+    return found
 
 
 def check_query(ctx: ProgramContext, q: ast.QueryDecl) -> None:
@@ -52,6 +89,7 @@ def _check_search(ctx: ProgramContext, node: ast.SearchNode, fields: dict[str, s
     for leaf in ast.search_leaves(node):
         if isinstance(leaf, ast.SearchRegex):
             ctx.types.check_regex(leaf.pattern, leaf)
+        ctx.types.check_search_leaf(leaf)
         if isinstance(leaf, ast.SearchCompare | ast.SearchRange):
             t = fields.get(leaf.field)
             values = (
@@ -85,6 +123,17 @@ def check_metric(ctx: ProgramContext, m: ast.MetricDecl) -> None:
                 VigilNameError, f"group field '{name}' is not a field of the stream",
                 ctx.find(m, "by", name),
             )
+        for stream in streams:
+            declared = ctx.streams[stream].field_type(name)
+            if declared in T.UNGROUPED_FIELD_TYPES:
+                ctx.error(
+                    VigilTypeError,
+                    # As the metric compiler words it (cep.metrics.compiler.compile_metric).
+                    f"metric '{m.name}': cannot group by '{name}', a {declared} field; "
+                    "group by single values",
+                    ctx.find(m, "by", name),
+                )
+                break
     w = m.window
     for d in (w.size, w.every):
         if d is not None and d.ms <= 0:

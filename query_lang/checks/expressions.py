@@ -5,6 +5,7 @@ at its node.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ from query_lang import ast
 from query_lang import types as T
 from query_lang.errors import VigilError, VigilNameError, VigilTypeError, VigilValueError
 from query_lang.functions import METRIC_AGGREGATES, PATTERN_AGGREGATES, SCALAR_FUNCTIONS
+from query_lang.timestamps import parse_iso_ms
 
 ReportError = Callable[[type[VigilError], str, "ast.Node | ast.Span"], None]
 
@@ -57,6 +59,18 @@ class ExpressionTypes:
         problem = re2_problem(pattern)
         if problem:
             self.error(VigilValueError, f"invalid regular expression /{pattern}/: {problem}", node)
+
+    def check_search_leaf(self, leaf: ast.SearchNode, at: ast.Node | None = None) -> None:
+        """What the percolator refuses to compile in one leaf of a search query: a range that
+        mixes a text bound with a number or time (reported at ``at``, default the leaf)."""
+        if isinstance(leaf, ast.SearchRange):
+            kinds = {_bound_kind(leaf.low), _bound_kind(leaf.high)}
+            if "text" in kinds and kinds & {"number", "time"}:
+                self.error(
+                    VigilTypeError,
+                    f"range on {leaf.field} mixes a text bound with a number or timestamp bound",
+                    at or leaf,
+                )
 
     def expr_type(self, e: ast.Expr, scope: ExpressionScope) -> str:
         """The type of ``e``; reports errors and returns ``any`` where the type is unknown."""
@@ -165,6 +179,7 @@ class ExpressionTypes:
         for leaf in ast.search_leaves(e.query):
             if isinstance(leaf, ast.SearchRegex):
                 self.check_regex(leaf.pattern, e)
+            self.check_search_leaf(leaf, e)
         return T.BOOL
 
     def _type_Call(self, e: ast.Call, scope: ExpressionScope) -> str:
@@ -388,6 +403,20 @@ def re2_problem(pattern: str) -> str | None:
         detail = err.args[0] if err.args else str(err)
         return detail.decode() if isinstance(detail, bytes) else str(detail)
     return None
+
+
+# A number as the percolator reads a range bound (percolator.analysis.parse_number).
+_NUMBER_TEXT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _bound_kind(bound: object) -> str | None:
+    """What a range bound is to the percolator (``percolator.evaluate``): a number, a time,
+    text, or None for an open bound."""
+    if bound is None or bound == "*":
+        return None
+    if isinstance(bound, int | float) or _NUMBER_TEXT.fullmatch(str(bound).strip()):
+        return "number"
+    return "time" if parse_iso_ms(str(bound)) is not None else "text"
 
 
 def has_aggregate(e: ast.Expr) -> bool:

@@ -11,6 +11,7 @@ from query_lang.checks.context import ProgramContext
 from query_lang.checks.declarations import check_metric, check_query, check_stream
 from query_lang.checks.rules import check_rule
 from query_lang.errors import VigilError
+from query_lang.limits import declaration_limit_errors
 
 
 def check_declarations(
@@ -23,13 +24,20 @@ def check_declarations(
     Examples
     --------
     >>> from query_lang import parse
-    >>> module = parse("stream s (x int)\\nrule r from s pattern a b define c as x > 1\\n")
+    >>> module = parse(
+    ...     "stream s (x int, ts timestamp)\\nrule r from s pattern a b define c as x > 1\\n"
+    ... )
     >>> [e.message for e in check_declarations(module.declarations)]
     ["variable 'c' is defined but does not appear in the pattern"]
     """
     ctx = ProgramContext(declarations, sources)
     ctx.collect_names()
     for decl in ctx.declarations:
+        # The compilers refuse what is over a limit (query_lang.limits): report it here too.
+        over = declaration_limit_errors(decl)
+        ctx.errors.extend(over)
+        if any(e.limit == "MAX_NESTING_DEPTH" for e in over):
+            continue  # the checks below walk expressions recursively
         if isinstance(decl, ast.StreamDecl):
             check_stream(ctx, decl)
         elif isinstance(decl, ast.RuleDecl):

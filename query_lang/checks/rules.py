@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from query_lang import ast
+from query_lang import types as T
 from query_lang.checks.context import ProgramContext, union_fields
 from query_lang.checks.expressions import ExpressionScope, PatternVariable
-from query_lang.errors import VigilNameError, VigilValueError
+from query_lang.errors import VigilNameError, VigilTypeError, VigilValueError
 
 
 def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
@@ -63,6 +64,13 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
                         f"key field '{k}' of variable '{d.var}' is not a field of its stream",
                         d,
                     )
+                elif var_fields[k] in T.UNKEYED_FIELD_TYPES:
+                    ctx.error(
+                        VigilTypeError,
+                        f"key field '{k}' of variable '{d.var}' is {T.describe(var_fields[k])}; "
+                        "a key holds single values",
+                        d,
+                    )
     if len(key_sizes) > 1:
         ctx.error(
             VigilValueError,
@@ -74,6 +82,13 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
     if r.skip.var is not None and r.skip.var not in pattern_vars:
         ctx.error(
             VigilNameError, f"skip names '{r.skip.var}', which is not a pattern variable",
+            r.skip,
+        )
+    elif r.skip.var is not None and r.skip.var not in _bound_vars(r.pattern):
+        ctx.error(
+            VigilNameError,
+            f"skip names '{r.skip.var}', which the pattern only negates (!{r.skip.var}): "
+            "it binds no event to skip to",
             r.skip,
         )
     if r.emit is not None:
@@ -99,6 +114,13 @@ def _check_rule_key(ctx: ProgramContext, r, streams, stream_fields) -> None:
                         VigilNameError,
                         f"partition key '{name}' is not a field of stream '{s}'", part,
                     )
+                elif s in stream_fields and stream_fields[s][name] in T.UNKEYED_FIELD_TYPES:
+                    ctx.error(
+                        VigilTypeError,
+                        f"partition key '{name}' is {T.describe(stream_fields[s][name])} in "
+                        f"stream '{s}'; a key holds single values",
+                        part,
+                    )
             covered.update(targets)
         missing = [s for s in streams if s not in covered]
         if missing:
@@ -118,11 +140,20 @@ def _check_pattern_shape(ctx: ProgramContext, r: ast.RuleDecl) -> None:
             VigilValueError,
             f"a pattern cannot start with an absence (!{items[0].name})", items[0],
         )
-    if isinstance(items[-1], ast.PatAbsent) and r.within is None:
+    # An absence the pattern can end on: only elements that may match nothing follow it.
+    trailing = next(
+        (
+            item for i, item in enumerate(items)
+            if isinstance(item, ast.PatAbsent) and all(ast.nullable(x) for x in items[i + 1:])
+        ),
+        None,
+    )
+    if trailing is not None and r.within is None:
         ctx.error(
             VigilValueError,
-            f"a trailing absence (!{items[-1].name}) needs 'within' to know when to fire",
-            items[-1],
+            f"a trailing absence (!{trailing.name}) needs 'within' to know when to fire"
+            + ("" if trailing is items[-1] else "; what follows it may match nothing"),
+            trailing,
         )
     for node in ast.walk(p):
         if isinstance(node, ast.PatQuant):
@@ -153,6 +184,11 @@ def _pattern_vars(p: ast.Pattern) -> Iterator[str]:
         if isinstance(node, ast.PatVar | ast.PatAbsent) and node.name not in seen:
             seen.add(node.name)
             yield node.name
+
+
+def _bound_vars(p: ast.Pattern) -> set[str]:
+    """Variables the pattern binds events to somewhere (not only as ``!x``)."""
+    return {node.name for node in ast.walk(p) if isinstance(node, ast.PatVar)}
 
 
 def _quantified_vars(p: ast.Pattern) -> set[str]:

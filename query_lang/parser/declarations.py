@@ -81,6 +81,7 @@ class DeclarationRules(NodeBuilder):
             time_unit=time_unit,
             lateness=options.get("lateness"),
             id_field=options.get("id"),
+            ahead=options.get("ahead"),
             span=self._span(meta),
         )
 
@@ -112,6 +113,9 @@ class DeclarationRules(NodeBuilder):
 
     def lateness_option(self, meta, children):
         return ("lateness", self._duration(children[0]), meta)
+
+    def ahead_option(self, meta, children):
+        return ("ahead", self._duration(children[0]), meta)
 
     def id_option(self, meta, children):
         return ("id", str(children[0]), meta)

@@ -4,6 +4,7 @@ messages in a user's words: ``unexpected 'soon'; expected a duration such as 10m
 
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar
 from functools import lru_cache
 from importlib import resources
@@ -12,7 +13,8 @@ from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from query_lang import ast
-from query_lang.errors import VigilSyntaxError
+from query_lang.errors import VigilLimitError, VigilSyntaxError
+from query_lang.limits import MAX_NESTING_DEPTH, MAX_NUMBER_DIGITS
 
 # What each regex terminal is, in the words an error message uses.
 _TERMINAL_WORDS = {
@@ -48,6 +50,68 @@ def _keep_comment(token: Token) -> Token:
     return token
 
 
+# Tokens that open a level of nesting until their operand: `not`, unary `-`, search's NOT and `!`
+# (a pattern's `!x` too, harmlessly: its operand is one name). Search's `+` builds no node.
+_PREFIX_OPERATORS = frozenset({"_NOT", "_S_NOT", "MINUS", "BANG"})
+_NUMBER_TOKENS = frozenset({"NUMBER", "INT", "DURATION"})
+_SEARCH_INTEGER = re.compile(r"-?[0-9]+")
+
+
+class _TextLimit(Exception):
+    """A token over a limit of the text; :func:`run_parser` makes it a located error."""
+
+    def __init__(self, token: Token, message: str, limit: str, value: int):
+        super().__init__(message)
+        self.token, self.message, self.limit, self.value = token, message, limit, value
+
+
+class _TextGuard:
+    """A Lark post-lexer that checks the tokens as the parser reads them, before any tree is
+    built: parentheses and prefix operators nested deeper than :data:`MAX_NESTING_DEPTH`, and
+    numbers of more than :data:`MAX_NUMBER_DIGITS` digits, stop the parse at the token.
+
+    A parenthesis is a level until it closes; a prefix operator until its operand's first
+    token, so ``not not x`` is two levels where it reaches ``x`` and ``not a and not b`` one.
+    """
+
+    always_accept: tuple[str, ...] = ()
+
+    def process(self, stream):
+        parens = prefixes = 0
+        for token in stream:
+            kind = token.type
+            if kind == "LPAR":
+                parens += 1
+            elif kind in _PREFIX_OPERATORS:
+                prefixes += 1
+            else:
+                prefixes = 0
+                if kind == "RPAR":
+                    parens = max(parens - 1, 0)
+                elif kind in _NUMBER_TOKENS or (
+                    kind == "SWORD" and _SEARCH_INTEGER.fullmatch(token)
+                ):
+                    _check_digits(token)
+            if parens + prefixes > MAX_NESTING_DEPTH:
+                raise _TextLimit(
+                    token,
+                    f"nested too deeply: more than {MAX_NESTING_DEPTH} levels of parentheses "
+                    "and prefix operators (nesting depth); simplify or split it",
+                    "MAX_NESTING_DEPTH", parens + prefixes,
+                )
+            yield token
+
+
+def _check_digits(token: Token) -> None:
+    digits = sum(c.isdigit() for c in token)
+    if digits > MAX_NUMBER_DIGITS:
+        raise _TextLimit(
+            token,
+            f"a number of {digits:,} digits; the limit is {MAX_NUMBER_DIGITS} (number digits)",
+            "MAX_NUMBER_DIGITS", digits,
+        )
+
+
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
     grammar = resources.files("query_lang").joinpath("vigil.lark").read_text(encoding="utf-8")
@@ -59,6 +123,7 @@ def _lark() -> Lark:
         propagate_positions=True,
         maybe_placeholders=True,
         lexer_callbacks={"COMMENT": _keep_comment},
+        postlex=_TextGuard(),
     )
 
 
@@ -115,6 +180,13 @@ def run_parser(
         return _lark().parse(text, start=start)
     except UnexpectedInput as err:
         raise _syntax_error(err, text, path, line_offset, full_text) from None
+    except _TextLimit as over:
+        token = over.token
+        line = token.line + line_offset
+        span = ast.Span(path, line, token.column, line, token.column + 1)
+        raise VigilLimitError(
+            over.message, span, full_text, limit=over.limit, value=over.value
+        ) from None
     finally:
         _comment_sink.reset(sink)
 

@@ -4,7 +4,8 @@ or a tree node, and errors raised at one.
 
 from __future__ import annotations
 
-from lark import Token, Transformer
+from lark import Token
+from lark.visitors import Transformer_NonRecursive
 
 from query_lang import ast
 from query_lang.errors import VigilError
@@ -12,10 +13,14 @@ from query_lang.lexical import duration_ms, unescape
 from query_lang.parser.comments import LineSource
 
 
-class NodeBuilder(Transformer):
+class NodeBuilder(Transformer_NonRecursive):
     """Lark tree -> frozen AST dataclasses, with source spans; the grammar's rules are
     :class:`~query_lang.parser.declarations.DeclarationRules` and
-    :class:`~query_lang.parser.expressions.ExpressionRules`."""
+    :class:`~query_lang.parser.expressions.ExpressionRules`.
+
+    Non-recursive: Lark's tree nests several levels for each level of the text (a pattern's
+    group is an alternation of sequences of quantified items), deeper than Python's stack
+    allows long before the text reaches :data:`~query_lang.limits.MAX_NESTING_DEPTH`."""
 
     def __init__(self, path: str, line_offset: int, source: str):
         super().__init__()

@@ -4,6 +4,7 @@ hide the errors of the blocks after it), a single expression, or search text.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 
@@ -11,6 +12,7 @@ from lark.exceptions import VisitError
 
 from query_lang import ast
 from query_lang.errors import ErrorList, VigilError
+from query_lang.limits import nesting_errors
 from query_lang.parser import comments
 from query_lang.parser.declarations import DeclarationRules
 from query_lang.parser.expressions import ExpressionRules
@@ -106,7 +108,7 @@ right=Literal(value=500)), InList(operand=FieldRef(name='country', qualifier=Non
 list_name='risky')))
     """
     tree = run_parser(text, "expr", path, 0, text)
-    return _transform(tree, path, 0, text)
+    return _within_limits(_transform(tree, path, 0, text), text)
 
 
 def parse_search(
@@ -120,14 +122,15 @@ def parse_search(
     column_offset = at.column if at else 0
     try:
         tree = run_parser(text, "search_query", path, line_offset, text)
-        return _transform(tree, path, line_offset, text)
+        return _within_limits(_transform(tree, path, line_offset, text), text)
     except VigilError as err:
         if at is not None and err.span is not None:
             # point into the string literal: same line, shifted by the literal's column
             same_line = err.span.line == at.line
             column = err.span.column + column_offset if same_line else err.span.column
-            span = dataclasses.replace(err.span, column=column)
-            raise type(err)(err.message, span, None) from None
+            moved = copy.copy(err)
+            moved.span, moved.source = dataclasses.replace(err.span, column=column), None
+            raise moved from None
         raise
 
 
@@ -151,7 +154,18 @@ def _parse_start(
     tree = run_parser(chunk, "start", path, line_offset, full_text, tokens)
     builder = _ToAst(path, line_offset, full_text)
     declarations = _transform(tree, path, line_offset, full_text, builder)
+    for declaration in declarations:
+        _within_limits(declaration, full_text)
     return list(declarations), builder.layouts
+
+
+def _within_limits(node, full_text: str):
+    """``node``, unless its tree nests deeper than the limit: everything after the parser
+    (checks, printer, compilers) walks trees recursively, so a deeper one never leaves it."""
+    for error in nesting_errors(node, getattr(node, "span", None)):
+        error.source = full_text
+        raise error
+    return node
 
 
 def _transform(tree, path: str, line_offset: int, full_text: str, builder=None):

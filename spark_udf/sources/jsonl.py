@@ -27,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from cep.events.limits import line_text
 from spark_udf.batch import END_MARK_STREAM
 from spark_udf.errors import OperatorConfigError, SourceError
 from spark_udf.routing import ROUTED_SCHEMA, RoutePlan, route_plan_batches
@@ -148,8 +149,10 @@ def read_slice(part: LineSlice) -> Iterator[pa.RecordBatch]:
     Lines are read in blocks and cut at their newlines with numpy: a block whose lines all
     start and end with a visible ASCII character and hold valid UTF-8 becomes its text column
     without a Python string per line. Any other block (blank lines, surrounding white space,
-    ``\\r\\n`` endings, bytes that are not UTF-8) is read line by line, each line decoded with
-    replacement characters and stripped, so both ways give the same rows.
+    ``\\r\\n`` endings, bytes that are not UTF-8) is read line by line, each line decoded and
+    stripped, so both ways give the same rows; a line that is not UTF-8 comes out marked
+    (:func:`cep.events.limits.line_text`), and the operator dead-letters it as
+    ``invalid_utf8``, as the embedded engine reading the file does.
     """
     with open(part.path, "rb") as handle:
         handle.seek(part.byte_offset)
@@ -204,7 +207,7 @@ def _lines_batch(data: bytes, start: int, ends: np.ndarray, first_seq: int) -> p
             try:
                 texts.validate(full=True)
             except pa.ArrowInvalid:
-                pass  # not UTF-8: decoded line by line below, with replacement characters
+                pass  # not UTF-8: decoded line by line below, the bad lines marked
             else:
                 seqs = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
                 return pa.RecordBatch.from_arrays(
@@ -213,7 +216,7 @@ def _lines_batch(data: bytes, start: int, ends: np.ndarray, first_seq: int) -> p
     seqs_list: list[int] = []
     texts_list: list[str] = []
     for i, (lo, hi) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        text = data[lo:hi].decode("utf-8", errors="replace").strip()
+        text = line_text(data[lo:hi])
         if text:
             seqs_list.append(first_seq + i)
             texts_list.append(text)

@@ -20,6 +20,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from cep.events.limits import INVALID_UTF8_MARK, decode_line, shown_line
 from spark_udf.errors import OperatorConfigError, RedisSourceError
 from spark_udf.sources.rows import SOURCE_SCHEMA, positive_int, source_batch
 
@@ -63,11 +64,33 @@ def _text(value: bytes | str) -> str:
 
 
 def _entry_json(fields: Mapping[bytes | str, bytes | str], field: str) -> str:
-    """The event JSON of an entry: its ``field``, or a JSON object of all its fields."""
-    pairs = {_text(name): _text(value) for name, value in fields.items()}
-    if field in pairs:
-        return pairs[field]
-    return json.dumps(pairs, ensure_ascii=False, sort_keys=True)
+    """The event JSON of an entry: its ``field``, or a JSON object of all its fields. Bytes
+    that are not UTF-8 give text marked as :func:`cep.events.limits.decode_line` marks a line
+    of a file, which the operator dead-letters as ``invalid_utf8``.
+
+    Examples
+    --------
+    >>> _entry_json({b"event": b'{"a": 1}'}, "event")
+    '{"a": 1}'
+    >>> print(shown_line(_entry_json({b"a": b"caf\\xe9"}, "event")))
+    {"a": "caf\\\\xe9"}
+    """
+    pairs = {
+        _decoded(name): _decoded(value) for name, value in fields.items()
+    }
+    plain = {shown_line(name): text for name, text in pairs.items()}
+    if field in plain:
+        return plain[field]
+    bad = any(t.startswith(INVALID_UTF8_MARK) for pair in pairs.items() for t in pair)
+    text = json.dumps(
+        {name: shown_line(value) for name, value in plain.items()},
+        ensure_ascii=False, sort_keys=True,
+    )
+    return INVALID_UTF8_MARK + text if bad else text
+
+
+def _decoded(value: bytes | str) -> str:
+    return decode_line(value) if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)

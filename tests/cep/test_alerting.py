@@ -50,8 +50,10 @@ def test_sink_delivers_signed_throttled_alerts_once(tmp_path, secret):
 
         # a rerun over the same matches delivers no new webhook-id
         again = AlertSink.open(program, outbox_path, env)
-        for mid in ("m1", "m3", "m4"):
-            again.submit(match("big", "cX", "2026-02-01T00:00:00Z", mid))
+        for card, end, mid in (("c1", "2026-01-01T00:00:00Z", "m1"),
+                               ("c2", "2026-01-01T00:05:00Z", "m3"),
+                               ("c1", "2026-01-01T00:11:00Z", "m4")):
+            again.submit(match("big", card, end, mid))
         again.drain(deadline_s=10)
         again.close()
         assert sorted(set(receiver.webhook_ids)) == ["m1", "m3", "m4"]

@@ -226,7 +226,7 @@ def test_output_rows_have_the_documented_shape() -> None:
         "name": "spend",
         "version": 1,
         "match_id": metric_match_id("spend", 1, {"merchant": "m", "country": "NL"},
-                                    MINUTE, 2 * MINUTE, 0),
+                                    MINUTE, 2 * MINUTE, 0, {"n": 1}),
         "key": {"merchant": "m", "country": "NL"},
         "window": window,
         "values": {"n": 1},
@@ -274,7 +274,7 @@ def test_a_late_event_in_a_retained_window_yields_a_correction() -> None:
     assert fix["values"] == {"n": 3}
     assert fix["correction"] is True and fix["final"] is True and fix["revision"] == 1
     assert fix["match_id"] != final["match_id"]
-    assert fix["match_id"] == metric_match_id("m", 1, {"merchant": "a"}, 0, MINUTE, 1)
+    assert fix["match_id"] == metric_match_id("m", 1, {"merchant": "a"}, 0, MINUTE, 1, {"n": 3})
     assert (fix["start"], fix["end"]) == (final["start"], final["end"])
 
     (again,) = op.late({"merchant": "a"}, 4_000, 89_999)

@@ -73,7 +73,8 @@ def test_vigil_run_reports_a_metric_that_cannot_compile_with_its_location(
     events.write_text("")
     assert main(["run", str(rules), "--events", str(events)]) == 1
     err = capsys.readouterr().err
-    assert f"{rules}:2:1: error: metric 'spend': cannot group by 'tags'" in err
+    # The checks that `run` starts with see it (as `vigil check` does), at the field's name.
+    assert f"{rules}:2:26: error: metric 'spend': cannot group by 'tags'" in err
 
 
 def test_vigil_check_reports_a_malformed_metric_with_its_location(tmp_path, capsys) -> None:

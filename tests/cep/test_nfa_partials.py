@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -80,3 +81,117 @@ def test_latest_under_strict_keeps_one_alternative_per_step():
     out = process_event(rule, state, make_events([("b", 0, 9)])[0])
     # Only the newest run survives: it started at the last a.
     assert [m.start_ms for m in out] == [5]
+
+
+def _at_the_cap(cap: int, extra: int = 0):
+    """``a b+ c`` with ``contiguity any`` fed an ``a`` then ``b``s until the cap drops partial
+    matches (every ``b`` extends every partial match), then ``extra`` more ``b``s."""
+    rule = compile_text("rule r from s pattern a b+ c contiguity any", TYPES, max_partials=cap)
+    state = new_state(rule)
+    events = make_events([("a", 0, 0)] + [("b", 0, i) for i in range(1, 4 * cap.bit_length())])
+    i = 0
+    while state.dropped_partials == 0:
+        process_event(rule, state, events[i])
+        i += 1
+    for e in make_events([("b", 0, 100 + k) for k in range(extra)]):
+        process_event(rule, state, e)
+    return rule, state
+
+
+def test_the_cap_drops_the_oldest_and_leaves_the_others_untouched():
+    rule, state = _at_the_cap(50)
+    before = state.partials
+    assert len(before) == 50
+    assert [p.born for p in before] == sorted(p.born for p in before)
+    dropped = state.dropped_partials
+    # A new `a` starts one partial match: the oldest one goes, the other 49 keep their
+    # binding lists (the same objects) and everything else.
+    process_event(rule, state, make_events([("a", 0, 500)])[0])
+    after = state.partials
+    assert state.dropped_partials == dropped + 1
+    assert len(after) == 50
+    for old, new in zip(before[1:], after, strict=False):
+        assert new.node is old.node
+        assert (new.letters, new.start_pos, new.start_ts, new.born) == (
+            old.letters, old.start_pos, old.start_ts, old.born
+        )
+    assert after[-1].node.parent is None and after[-1].born > before[-1].born
+
+
+def test_at_the_cap_an_event_costs_one_binding_link_per_kept_partial(monkeypatch):
+    """The cap path is linear: each ``b`` adds one link per partial match it extends, however
+    many events and dropped partial matches came before, and the state stays a few cohorts."""
+    from cep.nfa import runtime
+    from cep.nfa.state import _Binding
+
+    made = []
+
+    class Counted(_Binding):
+        __slots__ = ()
+
+        def __init__(self, parent, place, event):
+            made.append(1)
+            super().__init__(parent, place, event)
+
+    monkeypatch.setattr(runtime, "_Binding", Counted)
+    for cap in (100, 1000):
+        rule, state = _at_the_cap(cap, extra=5)
+        for e in make_events([("b", 0, 200 + k) for k in range(20)]):
+            kept = state.partial_count
+            made.clear()
+            process_event(rule, state, e)
+            assert len(made) == kept == cap
+            assert len(state.cohorts) <= 2
+        # The Spark operator decodes the state on every call: it comes back as cohorts too.
+        again = RuleState.from_bytes(state.to_bytes(), rule)
+        assert len(again.cohorts) <= 2 and again.to_bytes() == state.to_bytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["a b c", "a b+ c", "a (b | c) c", "a !b c within 5ms", "a b{2} c"]),
+    st.sampled_from(["relaxed", "any"]),
+    st.integers(1, 4),
+    st.lists(st.tuples(st.sampled_from("abc"), st.just(0), st.integers(0, 9)), max_size=10),
+)
+def test_the_cap_reports_a_subset_of_all(pattern, contiguity, cap, spec):
+    spec = sorted(spec, key=lambda e: e[2])
+    text = f"rule r from s pattern {pattern} contiguity {contiguity} after match no skip"
+    everything = bound(run_rule(compile_text(text, TYPES), make_events(spec)))
+    capped = bound(run_rule(compile_text(text, TYPES, max_partials=cap), make_events(spec)))
+    assert all(m in everything for m in capped)
+
+
+def _check_cohorts(state: RuleState, cap: int) -> None:
+    """The partial matches' representation: oldest first across cohorts, each cohort's
+    ``earliest`` exact, no member list shared by two cohorts, at most ``cap`` of them."""
+    born = [b for c in state.cohorts for b in c.born]
+    assert born == sorted(born) and len(set(born)) == len(born) <= cap
+    lists = [id(x) for c in state.cohorts for x in (c.nodes, c.start_pos, c.start_ts, c.born)]
+    assert len(set(lists)) == len(lists)
+    for c in state.cohorts:
+        assert len(c.nodes) == len(c.start_pos) == len(c.start_ts) == len(c.born) > 0
+        assert c.earliest == min(c.start_ts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["a b c", "a b+ c", "a (b | c)+ c", "a !b c within 5ms", "(a | b)+ c?",
+                     "a b* c within 4ms", "a b+? c"]),
+    st.sampled_from(["relaxed", "any"]),
+    st.sampled_from(["all", "latest"]),
+    st.integers(1, 6),
+    st.lists(st.tuples(st.sampled_from("abcx"), st.just(0), st.integers(0, 3)), max_size=16),
+)
+def test_partial_matches_stay_in_born_order_at_the_cap(pattern, contiguity, partials, cap, spec):
+    text = f"rule r from s pattern {pattern} contiguity {contiguity} partials {partials}"
+    rule = compile_text(text, TYPES, max_partials=cap)
+    state = new_state(rule)
+    times = accumulate(gap for _, _, gap in spec)
+    events = make_events([(t, v, ts) for (t, v, _), ts in zip(spec, times, strict=True)])
+    for i, e in enumerate(events):
+        process_event(rule, state, e)
+        _check_cohorts(state, cap)
+        if i % 3 == 2:
+            state = RuleState.from_bytes(state.to_bytes(), rule)
+            _check_cohorts(state, cap)

@@ -107,11 +107,17 @@ def test_nulls_empty_lists_and_nested_objects():
     assert doc.terms("user.name") == {"Ann"}
 
 
+def test_lists_of_lists_and_of_objects_flatten_as_elasticsearch_indexes_them():
+    doc = AnalyzedDocument({"n": [[1, [2]], None, [3]], "tags": [{"k": "a"}, [{"k": "b"}], "x"]})
+    assert doc.values("n") == (1, 2, 3)
+    assert doc.values("tags.k") == ("a", "b") and doc.values("tags") == ("x",)
+
+
 def test_values_that_cannot_be_searched_are_named():
     with pytest.raises(InvalidDocumentError, match="field 'blob' holds a bytes"):
         AnalyzedDocument({"blob": b"\x00"})
-    with pytest.raises(InvalidDocumentError, match="field 'items' holds a dict inside a list"):
-        AnalyzedDocument({"items": [{"a": 1}]})
+    with pytest.raises(InvalidDocumentError, match="field 'items' holds a set inside a list"):
+        AnalyzedDocument({"items": [[{"a"}]]})
     with pytest.raises(InvalidDocumentError, match="must be a mapping"):
         AnalyzedDocument(["not", "a", "document"])  # type: ignore[arg-type]
 

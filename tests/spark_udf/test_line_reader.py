@@ -1,6 +1,8 @@
 """The JSON-lines source's reader, without a JVM: whatever the bytes of a file and however its
 lines are sliced into partitions, blocks and read buffers, the rows are each non-blank line,
-decoded with replacement characters and stripped, at its line number."""
+decoded and stripped as the embedded engine reads it (``cep.events.limits.line_text``: a line
+that is not UTF-8 comes escaped behind the mark its dead letter is made from), at its line
+number."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cep.events.limits import line_text
 from spark_udf.sources import jsonl
 from spark_udf.sources.jsonl import JsonLinesIndex, read_slice
 from spark_udf.sources.rows import ARROW_SCHEMA
@@ -23,7 +26,7 @@ LINES = st.lists(st.lists(PIECES, max_size=4).map(b"".join), min_size=1, max_siz
 def expected_rows(lines: list[bytes], first: int, last: int) -> list[tuple[int, str]]:
     rows = []
     for number, line in enumerate(lines[first:last], start=first):
-        text = line.decode("utf-8", errors="replace").strip()
+        text = line_text(line)
         if text:
             rows.append((number, text))
     return rows

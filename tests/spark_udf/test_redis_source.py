@@ -10,6 +10,8 @@ import pytest
 import redis
 from spark_support import free_port
 
+from cep.events.event import BadEventError, parse_json_line
+from cep.events.limits import shown_line
 from spark_udf.errors import RedisSourceError
 from spark_udf.sources import RedisStreamSource
 
@@ -47,8 +49,11 @@ def test_offsets_are_entry_ids_and_a_finite_read_stops_at_its_last_entry(redis_p
     assert reader.partitions(second, second) == []
     rows = _rows(reader, start, first) + _rows(reader, first, second)
     assert rows[:5] == [(i, json.dumps({"n": i})) for i in range(5)]
-    # An entry without the event field is the JSON object of all its fields.
-    assert json.loads(rows[5][1]) == {"amount": "3", "bad": "\ufffd", "card_id": "c9"}
+    # An entry without the event field is the JSON object of all its fields; one holding bytes
+    # that are not UTF-8 is marked, and becomes an invalid_utf8 dead letter showing them.
+    with pytest.raises(BadEventError, match="invalid_utf8"):
+        parse_json_line(rows[5][1])
+    assert json.loads(shown_line(rows[5][1])) == {"amount": "3", "bad": "\\xff", "card_id": "c9"}
 
 
 def test_a_url_with_user_password_database_and_tls_reaches_the_stream(redis_tls_url):
