@@ -27,8 +27,8 @@ from pyarrow import json as pa_json
 from cep.events.event import (
     STREAM_FIELD,
     BadEventError,
+    event_time_ms,
     parse_json_line,
-    parse_timestamp,
     time_column_ms,
 )
 from cep.events.keyed import KeyedProcessor
@@ -370,8 +370,10 @@ class _Router:
             if sroute is None:
                 continue
             try:
-                times[i] = parse_timestamp(value.get(sroute.time_field), sroute.unit_ms,
-                                           sroute.time_field)
+                # Bounded as the column-wise path bounds it: a time that cannot be right stays
+                # NaN, so it never moves the watermark (the processor dead-letters the row).
+                times[i] = event_time_ms(value.get(sroute.time_field), sroute.unit_ms,
+                                         sroute.time_field)
             except BadEventError:
                 pass
             slot = None if None in self.route.streams else stream

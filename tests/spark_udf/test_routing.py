@@ -309,3 +309,21 @@ def test_a_source_with_a_route_plan_hands_over_routed_rows(tmp_path):
 def test_a_route_plan_needs_a_positive_int_bucket_count(buckets):
     with pytest.raises(OperatorConfigError, match="buckets must be a positive int"):
         RoutePlan((), buckets, 0)
+
+
+def test_a_time_that_cannot_be_right_moves_no_watermark_on_either_parse():
+    """Column-wise or row by row (a line ``pyarrow.json`` reads but the checks refuse, here a
+    ``NaN``), a time years ahead of the wall clock routes with no time: it cannot raise a
+    blob's max time, so Spark's watermark stays where the good rows put it."""
+    spec = _spec()
+    far = '"8000-01-01T00:00:00Z"'
+    texts = [
+        f'{{"card_id": "c1", "amount": 1.0, "ts": {BASE_MS}}}',
+        f'{{"card_id": "c1", "amount": 1.0, "ts": {far}}}',
+        f'{{"card_id": "c1", "amount": NaN, "ts": {far}}}',
+        f'{{"card_id": "c1", "amount": 2.0, "ts": {BASE_MS + 1}}}',
+    ]
+    rows = _rows(_batches(texts, []), _route(spec), spec.processor)
+    assert [rows[i][TIME_COLUMN] for i in range(4)] == [BASE_MS, None, None, BASE_MS + 1]
+    assert all(r[MAX_TIME_COLUMN] is None or r[MAX_TIME_COLUMN] <= BASE_MS + 1
+               for r in rows.values())
