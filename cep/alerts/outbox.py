@@ -350,34 +350,19 @@ class Outbox:
                     (endpoint.name,),
                 ).fetchone()[0]
                 state = DeliveryState.DISABLED if disabled else DeliveryState.PENDING
-                inserted = db.execute(
-                    "INSERT OR IGNORE INTO messages"
-                    " (msg_id, endpoint, event_type, body, state, next_attempt_at, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (msg_id, endpoint.name, event_type, body, state.value, now, now),
-                ).rowcount
-                if inserted:
+                row = (endpoint.name, event_type, body, state.value, now)
+                if _insert(db, msg_id, *row):
                     stored += 1
                     continue
-                if _same_match(db, msg_id, endpoint.name, body):
-                    db.execute(
-                        "UPDATE endpoints SET duplicates = duplicates + 1 WHERE name = ?",
-                        (endpoint.name,),
-                    )
-                    continue
-                other = f"{msg_id}.{_digest(json.loads(body)['data'])}"
-                inserted = db.execute(
-                    "INSERT OR IGNORE INTO messages"
-                    " (msg_id, endpoint, event_type, body, state, next_attempt_at, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (other, endpoint.name, event_type, body, state.value, now, now),
-                ).rowcount
-                column = "conflicts" if inserted else "duplicates"
+                conflict = not _same_match(db, msg_id, endpoint.name, body) and _insert(
+                    db, f"{msg_id}.{_digest(json.loads(body)['data'])}", *row
+                )
+                column = "conflicts" if conflict else "duplicates"
                 db.execute(
                     f"UPDATE endpoints SET {column} = {column} + 1 WHERE name = ?",
                     (endpoint.name,),
                 )
-                if inserted:
+                if conflict:
                     stored += 1
                     self.conflicts += 1
         return stored
@@ -652,6 +637,19 @@ class Outbox:
     def pending_count(self) -> int:
         """Return how many messages are waiting to be delivered."""
         return self._query("SELECT count(*) FROM messages WHERE state = 'pending'")[0][0]
+
+
+def _insert(
+    db: sqlite3.Connection, msg_id: str, endpoint: str, event_type: str, body: bytes,
+    state: str, now: float,
+) -> bool:
+    """Store a new message; False when ``(msg_id, endpoint)`` is already there."""
+    return bool(db.execute(
+        "INSERT OR IGNORE INTO messages"
+        " (msg_id, endpoint, event_type, body, state, next_attempt_at, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (msg_id, endpoint, event_type, body, state, now, now),
+    ).rowcount)
 
 
 def _digest(data: Any) -> str:
