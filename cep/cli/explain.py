@@ -10,7 +10,7 @@ import sys
 from cep.cli.arguments import EXIT_ERRORS, EXIT_OK, UsageError, expand_rule_paths
 from cep.engine.program import compile_program_rule, load_list
 from cep.engine.queries import query_schema
-from cep.events.event import BadEventError, StreamSchema
+from cep.events.event import BadEventError, StreamSchema, parse_json_line
 from cep.nfa.explain import describe, to_dot
 from percolator import AnalyzedDocument, compile_query
 from query_lang import IncludeError, VigilError, ast, check_program
@@ -95,12 +95,10 @@ def _explain_query(program, args: argparse.Namespace) -> int:
         except IncludeError as err:
             raise UsageError(f"cannot read the document: {err.message}") from None
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as err:
-        print(f"vigil: the document is not JSON: {err}", file=sys.stderr)
-        return EXIT_ERRORS
-    if not isinstance(raw, dict):
-        print("vigil: the document must be a JSON object", file=sys.stderr)
+        # Read as both engines read an event line: its limits, numbers, encoding.
+        raw = parse_json_line(text.strip())
+    except BadEventError as err:
+        print(f"vigil: the document is not a usable event: {err}", file=sys.stderr)
         return EXIT_ERRORS
     decl_stream = program.streams[stream]
     try:

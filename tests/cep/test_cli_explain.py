@@ -74,9 +74,14 @@ def test_explain_query_reads_the_document_as_an_event_of_its_stream(capsys):
     err = capsys.readouterr().err
     assert "not a valid 'news' event" in err and "field 'views' expected int" in err
     assert _explain_query(document="{not json") == 1
-    assert "the document is not JSON" in capsys.readouterr().err
+    assert "invalid_json: not valid JSON" in capsys.readouterr().err
     assert _explain_query(document="[1]") == 1
-    assert "must be a JSON object" in capsys.readouterr().err
+    assert "expected a JSON object" in capsys.readouterr().err
+    # read as the engines read an event line: the same limits and dead-letter reasons
+    assert _explain_query(document='{"views": 1e400}') == 1
+    assert "non_finite: field 'views'" in capsys.readouterr().err
+    assert _explain_query(document="[" * 100_000) == 1
+    assert "too_deep" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("argv", "message"), [
