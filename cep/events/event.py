@@ -36,6 +36,7 @@ from cep.events.time_bounds import (
     wall_clock_ms,
 )
 from query_lang.ast import StreamDecl
+from query_lang.checks import event_time_field
 from query_lang.timestamps import epoch_ms, parse_iso_ms
 
 __all__ = [
@@ -449,10 +450,7 @@ class StreamSchema:
         """Prepare ``decl``; ``lateness_ms`` overrides the declared lateness, ``now_ms`` fixes
         the wall clock that bounds event times (default: read it at each validation)."""
         fields = {f.name: f.type for f in decl.fields}
-        time_field = decl.time_field
-        if time_field is None:
-            stamps = [n for n, t in fields.items() if t == "timestamp"]
-            time_field = stamps[0] if len(stamps) == 1 else None
+        time_field = event_time_field(decl)
         if time_field is not None:
             # Event time is epoch ms everywhere, whatever type the time field was declared with.
             fields[time_field] = "timestamp"
