@@ -222,7 +222,6 @@ class StandingQueries:
                 out.append((event, row))
         return out
 
-
     def _match_one(self, percolator: Any, event: Event, stream: str) -> list[Any]:
         """The query matches of one event; none, counted in ``unsearchable``, when it holds a
         value the percolator cannot search. Every JSON value can be searched: only an event a
