@@ -363,10 +363,12 @@ def json_route(
     time_unit: str | Mapping[str, str],
     stream: str | None,
     buckets: int,
+    ahead_ms: AheadMs = DEFAULT_AHEAD_MS,
 ) -> JsonRoute | None:
     """How to route rows of a frame with these columns whose stream, key and time all come
     from the JSON text column, or ``None`` when some come from the frame's own columns (Spark
-    expressions then compute them, see :func:`prepare_input`)."""
+    expressions then compute them, see :func:`prepare_input`); ``ahead_ms`` bounds each
+    stream's times as :func:`prepare_input`'s does."""
     if json_col is None or json_col not in columns:
         return None
 
@@ -386,12 +388,12 @@ def json_route(
             if keys is None or times is None:
                 return None
             keys = (keys,) if isinstance(keys, str) else tuple(keys)
-            streams[name] = StreamRoute(keys, times, unit_of(name))
+            streams[name] = StreamRoute(keys, times, unit_of(name), _ahead_for(ahead_ms, name))
     else:
         keys = (key_cols,) if isinstance(key_cols, str) else tuple(key_cols)
         if not keys:
             return None
-        streams[None] = StreamRoute(keys, time_col, unit_of(None))
+        streams[None] = StreamRoute(keys, time_col, unit_of(None), _ahead_for(ahead_ms, stream))
     if len({len(r.key_fields) for r in streams.values()}) != 1:
         return None  # _key_exprs reports the mismatch
     if len(streams) == 1:

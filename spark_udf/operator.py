@@ -189,7 +189,9 @@ def detect(
         raise OperatorConfigError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     check_buckets(buckets)
     lateness_ms = parse_lateness(lateness)
-    route = json_route(df.columns, json_col, key_cols, time_col, time_unit, stream, buckets)
+    ahead_ms = ahead_ms if ahead_ms is not None else ahead_of(processor) or DEFAULT_AHEAD_MS
+    route = json_route(df.columns, json_col, key_cols, time_col, time_unit, stream, buckets,
+                       ahead_ms)
     if df.isStreaming and layout == "bucketed" and route is not None:
         event_layout = routed_layout(column_types(df), route.json_column, stream)
         return detect_plan(df, RoutePlan(((route, processor, event_layout),), buckets,
@@ -197,7 +199,7 @@ def detect(
     prepared, plan = prepare_input(
         df, key_cols=key_cols, time_col=time_col, time_unit=time_unit, lateness_ms=lateness_ms,
         stream=stream, json_col=json_col, buckets=buckets,
-        ahead_ms=ahead_ms if ahead_ms is not None else ahead_of(processor) or DEFAULT_AHEAD_MS,
+        ahead_ms=ahead_ms,
     )
     if df.isStreaming:
         return _detect_streaming(prepared, processor, plan, layout)

@@ -32,6 +32,7 @@ from cep.events.event import (
     time_column_ms,
 )
 from cep.events.keyed import KeyedProcessor
+from cep.events.time_bounds import DEFAULT_AHEAD_MS
 from spark_udf.batch import BUCKET_COLUMN, END_MARK_MS, END_MARK_STREAM, TIME_COLUMN
 from spark_udf.errors import OperatorConfigError
 from spark_udf.packing import PACKED_COLUMN, ipc_bytes
@@ -103,11 +104,15 @@ class StreamRoute:
         The event-time field: epoch number in ``unit_ms`` units or ISO-8601 text.
     unit_ms:
         Milliseconds per unit of an epoch number.
+    ahead_ms:
+        How far past the wall clock a time may be (the stream's ``ahead``): a time beyond it
+        routes with no time, so it moves no watermark.
     """
 
     key_fields: tuple[str, ...]
     time_field: str
     unit_ms: int
+    ahead_ms: int = DEFAULT_AHEAD_MS
 
 
 @dataclass(frozen=True)
@@ -316,7 +321,8 @@ class _Router:
             sroute = self.route.streams[stream]
             part = table if len(rows) == n else table.take(pa.array(rows))
             column = part.column(sroute.time_field).to_pandas()
-            times[rows] = time_column_ms(column, sroute.time_field, sroute.unit_ms)
+            times[rows] = time_column_ms(column, sroute.time_field, sroute.unit_ms,
+                                         ahead_ms=sroute.ahead_ms)
             texts_by_field = [
                 _texts_of(part.column(name).combine_chunks(), self.fields[name])  # type: ignore[index]
                 for name in sroute.key_fields
@@ -373,7 +379,7 @@ class _Router:
                 # Bounded as the column-wise path bounds it: a time that cannot be right stays
                 # NaN, so it never moves the watermark (the processor dead-letters the row).
                 times[i] = event_time_ms(value.get(sroute.time_field), sroute.unit_ms,
-                                         sroute.time_field)
+                                         sroute.time_field, ahead_ms=sroute.ahead_ms)
             except BadEventError:
                 pass
             slot = None if None in self.route.streams else stream

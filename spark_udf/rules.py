@@ -13,11 +13,12 @@ from pyspark.sql import DataFrame
 from cep.engine import StandingQueries, load_declarations
 from cep.engine.program import add_declarations, compile_program_metric, compile_program_rule
 from cep.events.event import StreamSchema
+from cep.events.time_bounds import DEFAULT_AHEAD_MS
 from cep.metrics.processor import MetricProcessor
 from cep.nfa.processor import RuleProcessor, key_signature
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
-from spark_udf.input_plan import json_route, routed_layout
+from spark_udf.input_plan import ahead_of, json_route, routed_layout
 from spark_udf.operator import detect, detect_plan
 from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan, check_buckets
 
@@ -162,7 +163,8 @@ def route_specs(
     for spec in specs:
         default = stream if stream is not None else spec.default_stream
         route = json_route(list(columns), json_col, spec.key_cols, spec.time_cols,
-                           spec.time_units, default, buckets)
+                           spec.time_units, default, buckets,
+                           ahead_of(spec.processor) or DEFAULT_AHEAD_MS)
         if route is None:
             return None
         entries.append((route, spec.processor, routed_layout(columns, json_col, default)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pyarrow as pa
 import pytest
@@ -42,7 +43,7 @@ from spark_udf.routing import (
     StreamRoute,
     route_batches,
 )
-from spark_udf.rules import processor_specs
+from spark_udf.rules import processor_specs, route_specs
 
 PROGRAM = """
 stream txn (card_id {key_type}, amount float, merchant string, ts timestamp)
@@ -312,8 +313,8 @@ def test_a_route_plan_needs_a_positive_int_bucket_count(buckets):
 
 
 def test_a_time_that_cannot_be_right_moves_no_watermark_on_either_parse():
-    """Column-wise or row by row (a line ``pyarrow.json`` reads but the checks refuse, here a
-    ``NaN``), a time years ahead of the wall clock routes with no time: it cannot raise a
+    """A time years ahead of the wall clock routes with no time, whether its batch is parsed
+    column-wise or, with a line the checks refuse (a ``NaN``), row by row: it cannot raise a
     blob's max time, so Spark's watermark stays where the good rows put it."""
     spec = _spec()
     far = '"8000-01-01T00:00:00Z"'
@@ -327,3 +328,20 @@ def test_a_time_that_cannot_be_right_moves_no_watermark_on_either_parse():
     assert [rows[i][TIME_COLUMN] for i in range(4)] == [BASE_MS, None, None, BASE_MS + 1]
     assert all(r[MAX_TIME_COLUMN] is None or r[MAX_TIME_COLUMN] <= BASE_MS + 1
                for r in rows.values())
+
+
+def test_each_stream_routes_with_its_own_ahead_bound():
+    """A time 5 hours ahead: within the default day, beyond this stream's ``ahead 1h``."""
+    program = PROGRAM.format(key_type="string").replace("lateness 2s", "lateness 2s ahead 1h")
+    (spec,), _ = processor_specs(program)
+    # As `vigil run --engine spark` routes: the plan of the program's processors.
+    plan = route_specs({SEQ_COLUMN: "bigint", "_event": "string"}, [spec], stream="txn")
+    ((route, _, _),) = plan.entries
+    assert {r.ahead_ms for r in route.streams.values()} == {3_600_000}
+    soon = int(time.time() * 1000) + 5 * 3_600_000
+    texts = [f'{{"card_id": "c1", "amount": 1.0, "ts": {soon}}}',
+             f'{{"card_id": "c1", "amount": 1.0, "ts": {BASE_MS}}}']
+    rows = _rows(_batches(texts, []), route, spec.processor)
+    assert [rows[i][TIME_COLUMN] for i in range(2)] == [None, BASE_MS]
+    default = _rows(_batches(texts, []), _route(_spec()), spec.processor)
+    assert [default[i][TIME_COLUMN] for i in range(2)] == [soon, BASE_MS]
