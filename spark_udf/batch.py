@@ -17,7 +17,7 @@ import pandas as pd
 
 from cep.events.event import BadEventError, EventReason, dead_letter, parse_json_line
 from cep.events.keyed import KeyedProcessor, ProcessResult
-from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, iso_ms
+from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, late_detail
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
 from spark_udf.records import dead_letter_record, key_text, match_record
@@ -228,6 +228,10 @@ def _group_by_key(
     groups: dict[tuple, tuple[list[dict[str, Any]], list[int | None]]] = {}
     wanted = _StreamFilter(processor)
     key_of = processor.key_of
+    # Each stream's unit of epoch numbers, for the unit hint of a late event's detail.
+    schemas = getattr(processor, "schemas", None)
+    units = ({name: schema.epoch_unit_ms for name, schema in schemas.items()}
+             if isinstance(schemas, Mapping) else {})
     # Metrics take late events themselves (corrections of windows they still keep).
     own_late = getattr(processor, "handles_late", False)
     # Rows no rule condition can take are skipped before per-event work, as the embedded
@@ -240,7 +244,7 @@ def _group_by_key(
         if needed is not None and not needed[i]:
             if is_late:
                 run.late += 1
-                run.records.append(_late_record(event, times[i], watermark_ms, None))
+                run.records.append(_late_record(event, times[i], watermark_ms, None, units))
             continue
         key = key_of(event)
         if key is None:
@@ -255,7 +259,7 @@ def _group_by_key(
             continue
         if is_late:
             run.late += 1
-            run.records.append(_late_record(event, times[i], watermark_ms, key))
+            run.records.append(_late_record(event, times[i], watermark_ms, key, units))
             continue
         try:
             group = groups.get(key)
@@ -281,13 +285,16 @@ def _frozen(value: Any) -> Any:
 
 
 def _late_record(
-    event: dict[str, Any], time_ms: int | None, watermark_ms: int | None, key: tuple | None
+    event: dict[str, Any],
+    time_ms: int,
+    watermark_ms: int | None,
+    key: tuple | None,
+    units: Mapping[Any, int],
 ) -> dict[str, Any]:
-    behind = iso_ms(watermark_ms) if watermark_ms is not None else "(input order)"
     return dead_letter_record(
         dead_letter(
             EventReason.LATE,
-            f"event time {iso_ms(time_ms)} is behind the watermark {behind}",
+            late_detail(time_ms, watermark_ms, units.get(event.get(STREAM_COLUMN))),
             line=event.get(SEQ_COLUMN),
             stream=event.get(STREAM_COLUMN),
             event=event,

@@ -22,7 +22,6 @@ from cep.engine.dispatch import KeyedRules, KeyTimers, dispatch, fire_due
 from cep.engine.intake import (
     RowOrigin,
     collector_paused,
-    late_detail,
     lateness,
     mask_tuples,
     rule_masks,
@@ -47,7 +46,7 @@ from cep.events.event import (
     parse_json_line,
     stream_of,
 )
-from cep.events.watermark import END_OF_INPUT, ReorderBuffer, Watermark
+from cep.events.watermark import END_OF_INPUT, ReorderBuffer, Watermark, late_detail
 from cep.nfa.compiler import compile_rule
 from cep.nfa.processor import RuleProcessor, RuleRuntime, key_signature
 from query_lang import ast

@@ -20,15 +20,13 @@ from cep.events.event import (
     stream_of,
     undeclared_failures,
 )
-from cep.events.time_bounds import unit_hint
-from cep.events.watermark import END_OF_INPUT, Watermark, iso_ms
+from cep.events.watermark import Watermark
 
 __all__ = [
     "BadRow",
     "RowOrigin",
     "StreamRows",
     "collector_paused",
-    "late_detail",
     "lateness",
     "mask_tuples",
     "rule_masks",
@@ -184,22 +182,6 @@ def mask_tuples(masks: np.ndarray) -> list[tuple]:
     distinct, which = np.unique(masks, axis=0, return_inverse=True)
     shared = [tuple(row) for row in distinct.tolist()]
     return [shared[i] for i in which.reshape(-1).tolist()]
-
-
-def late_detail(ts: int, watermark: int, unit_ms: int | None = None) -> str:
-    """The detail of a late event's dead letter; with ``unit_ms`` (the stream's unit of epoch
-    numbers), it names the likely unit of a time that reads as one long past (epoch seconds
-    on a ``unit ms`` stream land in 1970).
-
-    Examples
-    --------
-    >>> late_detail(1_732_550_400, 1_764_000_000_000, unit_ms=1)  # doctest: +ELLIPSIS
-    'event time 1970-01-21T01:15:50.400Z is behind the watermark ...: drop `unit ms`'
-    """
-    hint = unit_hint(ts // unit_ms, unit_ms) if unit_ms else ""
-    if watermark >= END_OF_INPUT:
-        return f"event time {iso_ms(ts)} arrived after end of input{hint}"
-    return f"event time {iso_ms(ts)} is behind the watermark {iso_ms(watermark)}{hint}"
 
 
 class RowOrigin:

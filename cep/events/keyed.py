@@ -23,7 +23,7 @@ from cep.events.event import (
     dead_letter,
     stream_of,
 )
-from cep.events.watermark import END_OF_INPUT, iso_ms
+from cep.events.watermark import END_OF_INPUT, late_detail
 
 
 @dataclass
@@ -135,12 +135,16 @@ def validate_raw(
 
 
 def late_letter(
-    event: Event, watermark: int, raw: Mapping[str, Any] | None = None
+    event: Event,
+    watermark: int,
+    raw: Mapping[str, Any] | None = None,
+    unit_ms: int | None = None,
 ) -> dict[str, Any]:
-    """The ``late`` dead letter of an event behind ``watermark``."""
+    """The ``late`` dead letter of an event behind ``watermark`` (``unit_ms``: its stream's
+    unit of epoch numbers, for :func:`~cep.events.watermark.late_detail`'s unit hint)."""
     return dead_letter(
         EventReason.LATE,
-        f"event time {iso_ms(event.ts)} is behind the watermark {iso_ms(watermark)}",
+        late_detail(event.ts, watermark, unit_ms),
         line=event.seq,
         stream=event.stream,
         event=raw if raw is not None else {**event.fields, STREAM_FIELD: event.stream},

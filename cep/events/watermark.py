@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from cep.events.time_bounds import unit_hint
 from query_lang.timestamps import format_iso_ms
 
 __all__ = [
     "END_OF_INPUT",
     "iso_ms",
+    "late_detail",
     "NO_WATERMARK",
     "ReorderBuffer",
     "Watermark",
@@ -44,6 +46,27 @@ def iso_ms(ms: int) -> str:
         return format_iso_ms(ms)
     except ValueError:
         return f"{ms} ms"
+
+
+def late_detail(ts: int, watermark: int | None, unit_ms: int | None = None) -> str:
+    """The detail of a late event's dead letter, in every engine; ``watermark`` None: the
+    event is behind an earlier one in input order. With ``unit_ms`` (the stream's unit of epoch
+    numbers), it names the likely unit of a time that reads as one long past (epoch seconds on
+    a ``unit ms`` stream land in 1970).
+
+    Examples
+    --------
+    >>> late_detail(1_732_550_400, 1_764_000_000_000, unit_ms=1)  # doctest: +ELLIPSIS
+    'event time 1970-01-21T01:15:50.400Z is behind the watermark ...: drop `unit ms`'
+    >>> late_detail(1000, None)
+    'event time 1970-01-01T00:00:01.000Z is behind the watermark (input order)'
+    """
+    hint = unit_hint(ts // unit_ms, unit_ms) if unit_ms else ""
+    if watermark is None:
+        return f"event time {iso_ms(ts)} is behind the watermark (input order){hint}"
+    if watermark >= END_OF_INPUT:
+        return f"event time {iso_ms(ts)} arrived after end of input{hint}"
+    return f"event time {iso_ms(ts)} is behind the watermark {iso_ms(watermark)}{hint}"
 
 
 class Watermark:

@@ -152,7 +152,8 @@ class MetricProcessor(KeyedProcessorBase):
             return
         corrections = operator.late(event.fields, event.ts, operator.watermark)
         if corrections is None:
-            dead.append(late_letter(event, operator.watermark, raw))
+            unit = self.schemas[event.stream].epoch_unit_ms
+            dead.append(late_letter(event, operator.watermark, raw, unit))
         else:
             outputs.extend(corrections)
 

@@ -505,7 +505,8 @@ class RuleProcessor(KeyedProcessorBase):
             if event is None:
                 continue
             if event.ts < late_below:
-                dead.append(late_letter(event, late_below, raw))
+                unit = self.schemas[event.stream].epoch_unit_ms
+                dead.append(late_letter(event, late_below, raw, unit))
                 continue
             accepted.append(event)
             seen = ks.max_ts.get(event.stream)

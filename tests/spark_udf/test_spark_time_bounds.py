@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from cep import Engine
 from spark_udf import BatchSink, read_outputs
+from spark_udf.batch import SEQ_COLUMN, TIME_COLUMN, EventLayout, process_bucket
+from spark_udf.bucket_state import BucketState
 from spark_udf.rules import detect_specs, processor_specs
 from spark_udf.sources.readers import read_jsonl
 
@@ -84,3 +87,24 @@ def test_a_far_ahead_row_is_a_dead_letter_and_moves_no_watermark(spark, events_f
     matches, _ = _outcome(read_outputs(sink.out))
     assert matches == expected_matches
     assert [d["reason"] for d in read_outputs(sink.dead_letter)] == expected_reasons
+
+
+def test_a_late_epoch_seconds_time_on_a_ms_stream_names_the_unit_on_the_worker():
+    """The Spark worker's ``late`` detail is the embedded engine's, unit hint included, whether
+    the event is behind the watermark Spark computed or behind its key's own."""
+    (spec,), _ = processor_specs(PROGRAM.replace("unit s", "unit ms"))
+    layout = EventLayout(event_columns=(SEQ_COLUMN,), json_column="_event",
+                         int_columns=frozenset({SEQ_COLUMN}), default_stream="txn")
+    on_time = {"card_id": "c1", "amount": 5.0, "ts": (T0 + 60) * 1000, "_seq": 0}
+    late = {"card_id": "c1", "amount": 500.0, "ts": T0, "_seq": 1}  # epoch seconds: 1970
+    hint = "it looks like epoch seconds: drop `unit ms`"
+    # behind the watermark Spark computed: the operator reports it
+    frame = pd.DataFrame({SEQ_COLUMN: [1], "_event": [json.dumps(late)], TIME_COLUMN: [T0]})
+    run = process_bucket(spec.processor, BucketState(), [frame], layout, (T0 + 60) * 1000)
+    [letter] = [json.loads(r["payload"]) for r in run.records if r["kind"] == "dead_letter"]
+    assert letter["reason"] == "late" and letter["detail"].endswith(hint)
+    # behind its key's own watermark: the processor reports it
+    first = spec.processor.process(("c1",), None, [{**on_time, "stream": "txn"}], None)
+    later = spec.processor.process(("c1",), first.state, [{**late, "stream": "txn"}], None)
+    [letter] = later.dead_letters
+    assert letter["reason"] == "late" and letter["detail"].endswith(hint)
