@@ -164,14 +164,12 @@ def generate(n: int, keys: int, seed: int = 20261121) -> pd.DataFrame:
 # ---------------------------------------------------------------------- our engine
 
 
-@dataclass
-class Result:
-    workload: str
+class _Rates:
+    """Events per second of a timed run, by the wall clock and by CPU time."""
+
     events: int
     seconds: float
     cpu_seconds: float
-    matches: int
-    late: int
 
     @property
     def rate(self) -> float:
@@ -180,6 +178,16 @@ class Result:
     @property
     def cpu_rate(self) -> float:
         return self.events / self.cpu_seconds if self.cpu_seconds else float("inf")
+
+
+@dataclass
+class Result(_Rates):
+    workload: str
+    events: int
+    seconds: float
+    cpu_seconds: float
+    matches: int
+    late: int
 
 
 def run_engine(workload: str, frame: pd.DataFrame, batch_rows: int) -> Result:
@@ -201,7 +209,7 @@ def run_engine(workload: str, frame: pd.DataFrame, batch_rows: int) -> Result:
 
 
 @dataclass
-class CapResult:
+class CapResult(_Rates):
     label: str
     cap: int
     warm: int
@@ -212,14 +220,6 @@ class CapResult:
     dropped: int
     state_bytes: int
     matches: int
-
-    @property
-    def cpu_rate(self) -> float:
-        return self.events / self.cpu_seconds if self.cpu_seconds else float("inf")
-
-    @property
-    def rate(self) -> float:
-        return self.events / self.seconds if self.seconds else float("inf")
 
 
 def cap_events(n: int) -> list[Event]:
