@@ -466,13 +466,7 @@ class Engine:
             late_here = late[offset : offset + count]
             offset += count
             late_rows = np.flatnonzero(late_here)
-            if len(late_rows) and self._standing.reads(name):
-                for i, ev in zip(late_rows, self._schemas[name].events_from_frame(
-                    normalised.iloc[late_rows], seqs[ok_rows[late_rows]],
-                    positions[ok_rows[late_rows]],
-                ), strict=True):
-                    met_i = int(met[offset - count + i])
-                    self._collect(self._standing.late(ev, met_i) or [])
+            met_here = met[offset - count : offset]
             for i in late_rows:
                 row = int(ok_rows[i])
                 self._late += 1
@@ -480,8 +474,7 @@ class Engine:
                     dead_letter(
                         EventReason.LATE,
                         late_detail(
-                            int(ts[i]), int(met[offset - count + i]),
-                            self._schemas[name].epoch_unit_ms,
+                            int(ts[i]), int(met_here[i]), self._schemas[name].epoch_unit_ms
                         ),
                         stream=name,
                         **where.of(row),
@@ -489,21 +482,13 @@ class Engine:
                 )
             keep = ~late_here
             self._accepted += int(keep.sum())
+            if self._standing.reads(name):
+                self._feed_standing(name, normalised, ts, ok_rows, late_rows, met_here, seqs,
+                                    positions)
             if not keep.any():
                 continue
             if not keep.all():
                 normalised, ts, ok_rows = normalised[keep], ts[keep], ok_rows[keep]
-            if self._standing.reads(name):
-                docs = (
-                    self._schemas[name].events_from_frame(
-                        normalised, seqs[ok_rows], positions[ok_rows]
-                    )
-                    if self._standing.wants_documents(name)
-                    else None
-                )
-                self._collect(
-                    self._standing.accept_frame(name, normalised, ts, docs, seqs[ok_rows])
-                )
             if name in self._route.streams:
                 fields = self._groups[self._route.streams[name]].processor.key_fields[name]
                 held = self._route.hold(
@@ -544,6 +529,54 @@ class Engine:
                 zip(ts_all[order].tolist(), seq_all[order].tolist(), ordered, strict=True)
             )
         self._pump()
+
+    def _feed_standing(
+        self,
+        name: str,
+        normalised: pd.DataFrame,
+        ts: np.ndarray,
+        ok_rows: np.ndarray,
+        late_rows: np.ndarray,
+        met: np.ndarray,
+        seqs: np.ndarray,
+        positions: np.ndarray,
+    ) -> None:
+        """Hand one stream's valid rows of a batch to its queries and metrics as :meth:`feed`
+        does row by row: each late row reaches the metrics after the on-time rows that came
+        before it, with the metrics moved to the watermark it met (so it finds the windows
+        fired and forgotten that a row-by-row run would have left)."""
+        schema = self._schemas[name]
+        wants_documents = self._standing.wants_documents(name)
+
+        def accept(rows: np.ndarray) -> None:
+            chosen = normalised.iloc[rows] if len(rows) < len(normalised) else normalised
+            docs = (
+                schema.events_from_frame(chosen, seqs[ok_rows[rows]], positions[ok_rows[rows]])
+                if wants_documents
+                else None
+            )
+            self._collect(
+                self._standing.accept_frame(name, chosen, ts[rows], docs, seqs[ok_rows[rows]])
+            )
+
+        if not self._standing.counts(name):  # queries search the on-time rows, in any order
+            on_time = np.setdiff1d(np.arange(len(normalised)), late_rows)
+            if len(on_time):
+                accept(on_time)
+            return
+        start = 0
+        for stop in [*late_rows.tolist(), len(normalised)]:
+            if stop > start:
+                accept(np.arange(start, stop))
+            if stop < len(normalised):
+                one = [stop]
+                (ev,) = schema.events_from_frame(
+                    normalised.iloc[one], seqs[ok_rows[one]], positions[ok_rows[one]]
+                )
+                watermark = int(met[stop])
+                self._collect(self._standing.settle(name, watermark))
+                self._collect(self._standing.late(ev, watermark) or [])
+            start = stop + 1
 
     def advance_watermark(self, ts_ms: int) -> None:
         """Declare that no event older than ``ts_ms`` will arrive (the watermark never goes

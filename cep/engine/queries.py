@@ -182,6 +182,18 @@ class StandingQueries:
                 out.extend(rows)
         return out if taken else None
 
+    def settle(self, stream: str, watermark_ms: int) -> list[dict]:
+        """Move the metrics of ``stream`` to the watermark (as :meth:`advance` moves all of
+        them); returns the windows that closed."""
+        out: list[dict] = []
+        for name in self._metric_streams.get(stream, ()):
+            out.extend(self._metrics[name].advance_watermark(watermark_ms))
+        return out
+
+    def counts(self, stream: str) -> bool:
+        """Whether a metric reads ``stream`` (its windows depend on where late events fall)."""
+        return bool(self._metric_streams.get(stream))
+
     def advance(self, watermark_ms: int) -> list[dict]:
         """Move every metric to the watermark; returns the windows that closed."""
         out: list[dict] = []

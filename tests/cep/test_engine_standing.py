@@ -78,6 +78,36 @@ def test_metric_window_waits_for_the_watermark_and_late_event_corrects_it():
     assert engine.stats.late == 2
 
 
+def test_a_batch_gives_late_rows_to_the_metrics_where_feeding_row_by_row_would():
+    # The rows of the test above (a window fired, a correction, a window forgotten) with
+    # on-time rows around them, in one frame: the same metric rows, ids and dead letters.
+    rows = [("a", 1.0, 0), ("b", 2.0, 150), ("c", 4.0, 30), ("x", 1.0, 160), ("y", 1.0, 20),
+            ("d", 8.0, 400), ("e", 8.0, 10), ("z", 3.0, 401)]
+    frame = pd.DataFrame({
+        "stream": "txn", "card_id": [r[0] for r in rows], "amount": [r[1] for r in rows],
+        "merchant": "m", "ts": [T0 + r[2] for r in rows],
+    })
+    one_by_one, batch = Engine(), Engine()
+    for engine in (one_by_one, batch):
+        engine.register(PROGRAM)
+    for record in frame.to_dict("records"):
+        one_by_one.feed(record)
+    batch.feed_batch(frame)
+    results = []
+    for engine in (one_by_one, batch):
+        engine.close()
+        metrics = [m for m in engine.drain() if m["kind"] == "metric"]
+        letters = [(d["reason"], d["detail"]) for d in engine.dead_letters()]
+        rows_out = sorted((m["match_id"], m["correction"], m["values"]["n"]) for m in metrics)
+        results.append((rows_out, letters, engine.stats.late))
+    assert results[0] == results[1]
+    metrics, letters, late = results[0]
+    assert late == 3 and [reason for reason, _ in letters] == ["late"] * 3
+    # the first minute: 1 event, corrected to 2 by "c" (30 s); "y" (20 s) finds the window
+    # still retained (watermark 100 s) and corrects it to 3; "e" (10 s) comes after it is gone
+    assert sorted((c, n) for _, c, n in metrics if c) == [(True, 2), (True, 3)]
+
+
 def test_unregister_a_query_keeps_the_others():
     engine = Engine()
     engine.register(PROGRAM)
