@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cep.events.event import BadEventError, EventReason, dead_letter, parse_json_line
-from cep.events.keyed import KeyedProcessor, ProcessResult
+from cep.events.keyed import KeyedProcessor, ProcessResult, validate_raw
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, late_detail
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
@@ -241,12 +241,21 @@ def _group_by_key(
         if event is None or not wanted(event):
             continue
         is_late = late is not None and bool(late[i]) and not own_late
-        if needed is not None and not needed[i]:
-            if is_late:
-                run.late += 1
-                run.records.append(_late_record(event, times[i], watermark_ms, None, units))
+        skipped = needed is not None and not needed[i]
+        if skipped and not is_late:
             continue
-        key = key_of(event)
+        key = None if skipped else key_of(event)
+        if is_late or key is None:
+            # What is wrong with the event comes first, then lateness, then a missing key:
+            # the order in which the embedded engine finds them.
+            refused = _refused(schemas, event, times[i])
+            if refused is not None:
+                run.records.append(refused)
+                continue
+        if is_late:
+            run.late += 1
+            run.records.append(_late_record(event, times[i], watermark_ms, key, units))
+            continue
         if key is None:
             run.records.append(
                 dead_letter_record(
@@ -256,10 +265,6 @@ def _group_by_key(
                     time_ms=times[i],
                 )
             )
-            continue
-        if is_late:
-            run.late += 1
-            run.records.append(_late_record(event, times[i], watermark_ms, key, units))
             continue
         try:
             group = groups.get(key)
@@ -282,6 +287,16 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
     return value
+
+
+def _refused(schemas: Any, event: dict[str, Any], time_ms: int | None) -> dict[str, Any] | None:
+    """The dead-letter record of an event its stream's declaration refuses (a wrong type, a
+    bad value), or ``None``: a late or keyless event is reported for that first."""
+    if not isinstance(schemas, Mapping) or not isinstance(event.get(SEQ_COLUMN), int):
+        return None
+    dead: list[dict[str, Any]] = []
+    validate_raw(event, schemas, dead, "the Spark operator")
+    return dead_letter_record(dead[0], time_ms=time_ms) if dead else None
 
 
 def _late_record(

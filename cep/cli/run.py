@@ -535,13 +535,14 @@ def _summary(engine: Engine, seconds: float, *, dead_letter_path: str | None) ->
     rate = stats.events / seconds if seconds > 0 else 0.0
     lines = [
         f"vigil run: {stats.events} event(s) in {seconds:.2f}s ({rate:,.0f}/s), "
-        f"{sum(stats.matches.values())} match(es), {stats.late} late, {stats.bad} bad",
+        f"{sum(stats.matches.values())} match(es), {stats.late} late, {stats.bad} bad"
+        + (f", {stats.unkeyed} without a rule's key" if stats.unkeyed else ""),
     ]
     for name, count in stats.matches.items():
         dropped = stats.dropped_partials.get(name, 0)
         extra = f" ({dropped} partial match(es) dropped by --max-partials)" if dropped else ""
         lines.append(f"  {name}: {count} match(es){extra}")
-    if (stats.late or stats.bad) and dead_letter_path is None:
+    if (stats.late or stats.bad or stats.unkeyed) and dead_letter_path is None:
         lines.append("  (use --dead-letter PATH to keep the late and bad events)")
     print("\n".join(lines), file=sys.stderr)
 

@@ -67,7 +67,11 @@ class EngineStats:
     late:
         Events dead-lettered because they arrived behind the watermark.
     bad:
-        Events dead-lettered for any other reason (invalid JSON, wrong type, missing key ...).
+        Events dead-lettered for any other reason (invalid JSON, wrong type, ...).
+    unkeyed:
+        ``missing_key`` dead letters: an accepted event a keyed rule could take but whose key
+        fields are missing or null (that rule skips it; queries, metrics and rules keyed
+        otherwise still see it). One per event and key definition.
     matches:
         Matches reported, per rule.
     dropped_partials:
@@ -84,6 +88,7 @@ class EngineStats:
     accepted: int
     late: int
     bad: int
+    unkeyed: int = 0
     matches: dict[str, int] = field(default_factory=dict)
     dropped_partials: dict[str, int] = field(default_factory=dict)
     keys: int = 0
@@ -165,6 +170,7 @@ class Engine:
         self._accepted = 0
         self._late = 0
         self._bad = 0
+        self._unkeyed = 0
         self._match_counts: Counter[str] = Counter()
         self._retired_drops: Counter[str] = Counter()
         self._closed = False
@@ -364,8 +370,33 @@ class Engine:
                 # Rows fed one at a time go through the reorder buffer; the stream's held
                 # columns join them there so that each key still sees its events in order.
                 self._route.demote(ev.stream)
-            self._buffer.push(ev.ts, seq, (ev, (None,) * self._next_slot))
+            masks = (None,) * self._next_slot  # unknown: each rule tests the event itself
+            if self._lacks_a_key(ev):
+                # A rule reports a missing key only for an event it could take, as the
+                # column-wise path decides (rows no condition takes are never dispatched).
+                masks = self._masks_of(event, stream, ev)
+            self._buffer.push(ev.ts, seq, (ev, masks))
         self._pump()
+
+    def _lacks_a_key(self, ev: Event) -> bool:
+        for group in self._groups.values():
+            if ev.stream in group.readers:
+                processor = group.processor
+                if not (processor.keys_of_event(ev) if processor.multi_key
+                        else processor.key_of_event(ev) is not None):
+                    return True
+        return False
+
+    def _masks_of(self, event: Mapping[str, Any], stream: str | None, ev: Event) -> tuple:
+        """The column-wise masks of one event, as :meth:`feed_batch` computes them."""
+        parts, _ = split_by_stream(pd.DataFrame([dict(event)]), stream, self._schemas)
+        if not parts:
+            return (None,) * self._next_slot
+        name, normalised, _, _ = parts[0]
+        masks, _ = rule_masks(
+            name, normalised, self._groups.values(), self._rules, self._slot_of, self._next_slot
+        )
+        return (0,) * self._next_slot if masks is None else mask_tuples(masks)[0]
 
     def feed_record(
         self,
@@ -650,6 +681,7 @@ class Engine:
             accepted=self._accepted,
             late=self._late,
             bad=self._bad,
+            unkeyed=self._unkeyed,
             matches={
                 **{name: 0 for name in [*self._rules, *self._standing.names]},
                 **self._match_counts,
@@ -684,7 +716,7 @@ class Engine:
         self._route.plan(self._groups if self.fast_strict and self._runtime is None else {})
 
     def _missing_key(self, processor: RuleProcessor, event: Event) -> None:
-        self._bad += 1
+        self._unkeyed += 1
         self._dead.append(
             dead_letter(
                 EventReason.MISSING_KEY,

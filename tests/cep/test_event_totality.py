@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from cep.cli import main
@@ -304,3 +305,30 @@ def test_the_limits_are_exact() -> None:
     with pytest.raises(BadEventError, match="too_deep"):
         checked_value(_deep_list(MAX_EVENT_DEPTH), "n")
     assert checked_value(_deep_list(MAX_EVENT_DEPTH - 1), "n")
+
+
+def test_a_missing_key_is_reported_for_the_events_a_rule_could_take_on_every_path() -> None:
+    # "e1" has no key and amount > 500: the rule would take it (missing_key). "e2" has no key
+    # either but no condition takes it: nothing to report. Row by row and column-wise agree,
+    # and the keyless events still reach the query.
+    rows = [
+        {"id": "e0", "card_id": "c", "amount": 900.0, "merchant": "m1", "ts": T0},
+        {"id": "e1", "amount": 900.0, "merchant": "m1", "ts": T0 + 1},
+        {"id": "e2", "amount": 2.5, "merchant": "m1", "ts": T0 + 2},
+    ]
+    results = []
+    for batch in (False, True):
+        engine = Engine()
+        engine.register(RULES)
+        if batch:
+            engine.feed_batch(pd.DataFrame(rows))
+        else:
+            for row in rows:
+                engine.feed(row)
+        engine.close()
+        letters = [(d["reason"], d["event"]["id"]) for d in engine.dead_letters()]
+        stats = engine.stats
+        results.append((letters, stats.accepted, stats.bad, stats.unkeyed, stats.matches))
+    assert results[0] == results[1]
+    assert results[0][:4] == ([("missing_key", "e1")], 3, 0, 1)
+    assert results[0][4]["m1"] == 3 and results[0][4]["big"] == 1

@@ -156,3 +156,24 @@ def test_json_rows_skipped_by_the_shortcut_change_no_output(monkeypatch):
     rows = [json.loads(p) for p in filtered]
     assert sum(r.get("reason") == "late" for r in rows) == 4   # BASE_MS + 0..1500 < 2 s
     assert sum(r.get("kind") == "rule" for r in rows) >= 8
+
+
+def test_a_late_or_keyless_row_is_reported_for_what_is_wrong_with_it_first():
+    # As the embedded engine: a bad value, then lateness, then a missing key.
+    rows = [
+        {"stream": "txn", "card_id": "c", "amount": "lots", "merchant": "m", "ts": BASE_MS},
+        {"stream": "txn", "card_id": None, "amount": "lots", "merchant": "m",
+         "ts": BASE_MS + 9_000},
+        {"stream": "txn", "card_id": None, "amount": 0.5, "merchant": "m", "ts": BASE_MS},
+        {"stream": "txn", "card_id": None, "amount": 0.5, "merchant": "m",
+         "ts": BASE_MS + 9_000},
+        {"stream": "txn", "card_id": "c", "amount": 20.0, "merchant": "m", "ts": BASE_MS},
+    ]
+    layout = EventLayout(event_columns=("stream", "card_id", "amount", "merchant", "ts",
+                                        SEQ_COLUMN), int_columns=frozenset({"ts", SEQ_COLUMN}))
+    frame = pd.DataFrame([{**row, SEQ_COLUMN: i} for i, row in enumerate(rows)])
+    frame[TIME_COLUMN] = frame["ts"]
+    run = process_bucket(_processor(RELAXED), BucketState(), [frame], layout, BASE_MS + 1)
+    letters = sorted((json.loads(r["payload"])["line"], r["name"]) for r in run.records)
+    assert letters == [(0, "wrong_type"), (1, "wrong_type"), (2, "late"), (3, "missing_key"),
+                       (4, "late")]
