@@ -54,6 +54,8 @@ CHUNK_ROWS = 20_000
 
 PROGRESS_INTERVAL_S = 0.25
 
+REDIS_SCHEMES = ("redis://", "rediss://")
+
 
 @dataclass(frozen=True)
 class EventInput:
@@ -66,6 +68,11 @@ class EventInput:
     @property
     def is_stdin(self) -> bool:
         return self.path == "-"
+
+    @property
+    def is_redis(self) -> bool:
+        """A Redis stream: ``redis://HOST:PORT[/DB]/KEY`` (``rediss://`` with TLS)."""
+        return self.path.startswith(REDIS_SCHEMES)
 
     def files(self) -> list[str]:
         """The files to read, in order (a directory's regular files by name, skipping names
@@ -94,9 +101,17 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--events",
         action="append",
         required=True,
-        metavar="PATH|-|STREAM=PATH",
-        help="events: a JSON-lines file, a directory of them, or - for stdin; "
-        "STREAM=PATH binds every event of the input to STREAM (repeatable)",
+        metavar="PATH|-|redis://HOST:PORT/KEY|STREAM=...",
+        help="events: a JSON-lines file, a directory of them, - for stdin, or a Redis stream "
+        "(redis://HOST:PORT[/DB]/KEY); STREAM=... binds every event of the input to STREAM "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--follow", action="store_true",
+        help="never end: read a directory's new files as they appear (in name order), a "
+        "file's appended lines (surviving rotation, as tail -F), a Redis stream's new "
+        "entries; Ctrl-C or SIGTERM stops after the current batch, and a rerun with the same "
+        "--checkpoint continues",
     )
     parser.add_argument(
         "--engine", choices=["embedded", "spark"], default=None,
@@ -118,8 +133,13 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--outbox", metavar="PATH",
-        help="deliver alerts: matches whose rule has `notify` go to this durable outbox "
-        "(SQLite) before they are written, and are sent to their webhooks",
+        help="the durable alert outbox (SQLite): matches whose rule has `notify` go there "
+        "before they are written, and are sent to their webhooks (default: OUT/_outbox.sqlite "
+        "for a directory --out, else .vigil/outbox.sqlite)",
+    )
+    parser.add_argument(
+        "--no-alerts", action="store_true",
+        help="do not deliver the program's `notify` alerts (a warning says what is skipped)",
     )
     parser.add_argument(
         "--delivery-deadline", type=float, default=30.0, metavar="SECONDS",
@@ -154,7 +174,7 @@ def parse_event_specs(specs: Sequence[str], streams: Sequence[str]) -> list[Even
     for spec in specs:
         stream = None
         path = spec
-        if "=" in spec and not os.path.exists(spec):
+        if "=" in spec and not os.path.exists(spec) and not spec.startswith(REDIS_SCHEMES):
             name, _, rest = spec.partition("=")
             if not name.isidentifier():
                 raise UsageError(f"no such file or directory: {spec}")
@@ -168,6 +188,9 @@ def parse_event_specs(specs: Sequence[str], streams: Sequence[str]) -> list[Even
             if stdin_used:
                 raise UsageError("stdin (-) can be given as --events only once")
             stdin_used = True
+        elif path.startswith(REDIS_SCHEMES):
+            if path.rstrip("/").count("/") < 3:
+                raise UsageError(f"--events {spec}: name the stream key (redis://HOST:PORT/KEY)")
         elif not os.path.exists(path):
             raise UsageError(f"no such file or directory: {path}")
         inputs.append(EventInput(path, stream))
