@@ -21,9 +21,15 @@ DEFAULT_OUTBOX = os.path.join("out", "outbox.sqlite")
 
 
 def endpoints_from_program(
-    program: Program, env: Mapping[str, str] | None = None
+    program: Program,
+    env: Mapping[str, str] | None = None,
+    *,
+    unset: dict[str, str] | None = None,
 ) -> dict[str, Endpoint]:
     """One :class:`Endpoint` per ``webhook`` declaration, with secrets read from ``env``.
+
+    With ``unset`` (a dict), a webhook whose secret variable is not set is left out and its
+    message recorded there under its name, instead of raising.
 
     Raises
     ------
@@ -38,13 +44,19 @@ def endpoints_from_program(
             if secret.env is not None:
                 value = env.get(secret.env)
                 if not value:
-                    raise AlertConfigError(
+                    message = (
                         f"webhook '{name}' ({_where(decl)}) reads its secret from "
                         f"${secret.env}, which is not set"
                     )
+                    if unset is None:
+                        raise AlertConfigError(message)
+                    unset[name] = message
+                    break
                 secrets.append(value)
             elif secret.value is not None:
                 secrets.append(secret.value)
+        if unset is not None and name in unset:
+            continue
         if not secrets:
             raise AlertConfigError(
                 f"webhook '{name}' ({_where(decl)}) has no secret; add: secret env VARIABLE"
@@ -73,6 +85,10 @@ class AlertSink:
     A match is written to the outbox (durably) before :meth:`submit` returns, so an engine
     that acknowledges input after ``submit`` never loses an alert. ``throttle D`` lets one
     alert per (name, key) through per interval of event time; the rest are counted.
+
+    Opened with ``unset_ok``, webhooks whose secret is not set are left out (``unset``: name
+    -> why) and the alerts for them counted in ``unsent`` (per match and webhook), for the
+    caller to report.
     """
 
     program: Program
@@ -81,16 +97,24 @@ class AlertSink:
     throttles: dict[str, Throttle] = field(default_factory=dict)
     enqueued: int = 0
     throttled: int = 0
+    unset: dict[str, str] = field(default_factory=dict)
+    unsent: int = 0
 
     @classmethod
     def open(
-        cls, program: Program, outbox_path: str, env: Mapping[str, str] | None = None
+        cls,
+        program: Program,
+        outbox_path: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        unset_ok: bool = False,
     ) -> AlertSink:
-        endpoints = endpoints_from_program(program, env)
+        unset: dict[str, str] | None = {} if unset_ok else None
+        endpoints = endpoints_from_program(program, env, unset=unset)
         directory = os.path.dirname(outbox_path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        sink = cls(program, Outbox(outbox_path), endpoints)
+        sink = cls(program, Outbox(outbox_path), endpoints, unset=unset or {})
         for decl in _standing(program).values():
             if decl.throttle is not None:
                 sink.throttles[decl.name] = Throttle(decl.throttle.ms)
@@ -109,6 +133,7 @@ class AlertSink:
                 self.throttled += 1
                 return False
         targets = [self.endpoints[n] for n in decl.notify if n in self.endpoints]
+        self.unsent += sum(1 for n in decl.notify if n in self.unset)
         self.enqueued += self.outbox.enqueue(match, targets)
         return True
 

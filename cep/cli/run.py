@@ -56,6 +56,9 @@ PROGRESS_INTERVAL_S = 0.25
 
 REDIS_SCHEMES = ("redis://", "rediss://")
 
+DEFAULT_STATE_OUTBOX = os.path.join(".vigil", "outbox.sqlite")
+"""The alert outbox of a run that writes no directory (``--out -`` or a file)."""
+
 
 @dataclass(frozen=True)
 class EventInput:
@@ -222,15 +225,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"vigil run: {err}", file=sys.stderr)
         return EXIT_USAGE
 
-    sink = None
-    if getattr(args, "outbox", None):
-
-        try:
-            sink = AlertSink.open(program, args.outbox)
-        except AlertError as err:
-            print(f"vigil run: {err}", file=sys.stderr)
-            return EXIT_ERRORS
-    if _engine_choice(args, inputs) == "spark":
+    engine_name = _engine_choice(args, inputs)
+    try:
+        sink = _alert_sink(args, program, engine_name)
+    except AlertError as err:
+        print(f"vigil run: {err}\n  (alerts are delivered by default when a rule has "
+              "`notify`; --no-alerts runs without them)", file=sys.stderr)
+        return EXIT_ERRORS
+    if engine_name == "spark":
         return _run_spark(args, program, engine, inputs, sink)
     try:
         out, close_out = _open_output(args.out)
@@ -381,6 +383,53 @@ def _spark_session(master: str, log_path: str) -> Any:
             os.close(fd)
 
 
+def _alert_sink(args: argparse.Namespace, program: Any, engine_name: str) -> AlertSink | None:
+    """The outbox the run delivers alerts through: ``--outbox``, or by default one next to the
+    output when the program has ``notify`` (``None`` with ``--no-alerts``, after a warning that
+    names what will not be delivered).
+
+    Raises
+    ------
+    AlertError
+        When a webhook cannot be set up (a secret not set).
+    """
+    notifying = sorted(
+        name
+        for name, decl in {**program.rules, **program.queries, **program.metrics}.items()
+        if decl.notify
+    )
+    if getattr(args, "no_alerts", False):
+        if notifying:
+            print(
+                f"vigil run: --no-alerts: the matches of {_named(notifying)} are written but "
+                "not delivered to their webhooks",
+                file=sys.stderr,
+            )
+        return None
+    path = getattr(args, "outbox", None)
+    if path is None and not notifying:
+        return None
+    if path is None:
+        spark_dir = engine_name == "spark" and args.out not in (None, "-")
+        path = os.path.join(args.out, "_outbox.sqlite") if spark_dir else DEFAULT_STATE_OUTBOX
+    # A secret not set leaves its webhook out, said here and in the summary; the run goes on
+    # (its matches are written; a rerun with the secret set queues their alerts, same ids).
+    sink = AlertSink.open(program, path, unset_ok=not getattr(args, "outbox", None))
+    print(f"vigil run: alerts ({_named(notifying)}) go through the outbox {path}",
+          file=sys.stderr)
+    for message in sink.unset.values():
+        print(f"vigil run: warning: {message}: its alerts will not be delivered", file=sys.stderr)
+    return sink
+
+
+def _named(names: Sequence[str]) -> str:
+    """``a, b`` or ``a, b, c and 9 more``: names in a message that stays one line."""
+    if not names:
+        return "none notify"
+    shown = ", ".join(names[:3])
+    return shown if len(names) <= 3 else f"{shown} and {len(names) - 3} more"
+
+
 def _alert(sink: Any, matches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Put matches that notify someone in the outbox (durably) before they are written."""
     if sink is not None:
@@ -392,13 +441,22 @@ def _alert(sink: Any, matches: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _deliver(sink: Any, deadline_s: float) -> None:
     result = sink.drain(deadline_s)
     sink.close()
-    note = " (kept in the outbox for `vigil alerts drain`)" if result.pending else ""
+    path = sink.outbox.path
+    note = (f" (kept in the outbox: `vigil alerts drain --outbox {path}`)" if result.pending
+            else "")
     throttled = f", {sink.throttled} throttled" if sink.throttled else ""
     print(
         f"alerts: {sink.enqueued} queued{throttled}, {result.delivered} delivered, "
         f"{result.failed} failed, {result.pending} pending{note}",
         file=sys.stderr,
     )
+    if sink.unsent:
+        print(
+            f"alerts: {sink.unsent} alert(s) not delivered: no secret for "
+            f"{', '.join(sorted(sink.unset))} (set it and rerun: the same matches keep their "
+            "ids, so what was queued before is not sent twice)",
+            file=sys.stderr,
+        )
     if sink.outbox.conflicts:
         print(
             f"alerts: {sink.outbox.conflicts} match(es) reused a match_id already in the outbox "

@@ -90,3 +90,52 @@ def test_alerts_cli_status_replay_and_log(tmp_path, secret, capsys, monkeypatch)
         log = capsys.readouterr().out
         assert '"msg_id": "m1"' in log and secret not in log
     assert main(["alerts", "status", "--outbox", str(tmp_path / "none.sqlite")]) == 2
+
+
+EVENTS = "".join(
+    f'{{"card_id": "c{i}", "amount": {amount}, "ts": {1_767_225_600 + i}}}\n'
+    for i, amount in enumerate([500.0, 5.0, 700.0])
+)
+
+
+def _run(tmp_path, *flags):
+    rules, events = tmp_path / "r.vigil", tmp_path / "e.jsonl"
+    events.write_text(EVENTS)
+    return main(["run", str(rules), "--events", str(events), "--engine", "embedded",
+                 "--out", str(tmp_path / "m.jsonl"), *flags])
+
+
+def test_vigil_run_delivers_notify_alerts_by_default(tmp_path, secret, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TEST_FRAUD_SECRET", secret)
+    with WebhookReceiver((secret,)) as receiver:
+        (tmp_path / "r.vigil").write_text(RULES.format(url=receiver.url))
+        assert _run(tmp_path) == 0
+        err = capsys.readouterr().err
+        assert "go through the outbox .vigil/outbox.sqlite" in err
+        assert "alerts: 2 queued, 0 delivered" not in err and "2 delivered" in err
+        assert len(set(receiver.webhook_ids)) == 2 and receiver.rejected == 0
+        # a rerun over the same events queues nothing new: the ids are the same
+        assert _run(tmp_path) == 0
+        assert "alerts: 0 queued" in capsys.readouterr().err
+        assert len(receiver.webhook_ids) == 2
+    assert main(["alerts", "status", "--outbox", ".vigil/outbox.sqlite"]) == 0
+
+
+def test_no_alerts_and_a_missing_secret_are_said(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TEST_FRAUD_SECRET", raising=False)
+    (tmp_path / "r.vigil").write_text(RULES.format(url="http://127.0.0.1:9/hook"))
+    assert _run(tmp_path, "--no-alerts") == 0
+    err = capsys.readouterr().err
+    assert "--no-alerts: the matches of big are written but not delivered" in err
+    assert not (tmp_path / ".vigil").exists()
+    # no secret: the run goes on, says which webhook is left out and how many alerts
+    assert _run(tmp_path) == 0
+    err = capsys.readouterr().err
+    assert "$TEST_FRAUD_SECRET, which is not set: its alerts will not be delivered" in err
+    assert "2 alert(s) not delivered: no secret for fraud" in err
+    assert (tmp_path / "m.jsonl").read_text().count('"name":"big"') == 2
+    # asked for explicitly, the outbox refuses to run without it
+    assert _run(tmp_path, "--outbox", str(tmp_path / "o.sqlite")) == 1
+    assert "which is not set" in capsys.readouterr().err

@@ -28,7 +28,7 @@ def test_vigil_run_on_spark_matches_the_embedded_engine(tmp_path, capsys):
     planted = write_sample(str(events), 1500, seed=5, files=2)
     embedded = tmp_path / "embedded.jsonl"
     assert main(["run", "examples/", "--events", str(events), "--out", str(embedded),
-                 "--engine", "embedded"]) == 0
+                 "--engine", "embedded", "--no-alerts"]) == 0
     spark_out = tmp_path / "spark"
     code = main(["run", "examples/", "--events", str(events), "--master", "local[2]",
                  "--out", str(spark_out)])
