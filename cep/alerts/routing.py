@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from query_lang import Program, ast
 from query_lang.timestamps import parse_iso_ms
 
+from .delivery import LiveDelivery
 from .dispatcher import Dispatcher, DrainResult
 from .endpoint import Endpoint
 from .errors import AlertConfigError
@@ -99,6 +100,7 @@ class AlertSink:
     throttled: int = 0
     unset: dict[str, str] = field(default_factory=dict)
     unsent: int = 0
+    live: LiveDelivery | None = None
 
     @classmethod
     def open(
@@ -135,9 +137,23 @@ class AlertSink:
         targets = [self.endpoints[n] for n in decl.notify if n in self.endpoints]
         self.unsent += sum(1 for n in decl.notify if n in self.unset)
         self.enqueued += self.outbox.enqueue(match, targets)
+        if self.live is not None:
+            self.live.wake()
         return True
 
+    def start_delivery(self) -> None:
+        """Deliver from a background thread from now on, as matches are queued
+        (:class:`~cep.alerts.delivery.LiveDelivery`); :meth:`drain` then stops it."""
+        if self.live is None:
+            self.live = LiveDelivery(Dispatcher(self.outbox, list(self.endpoints.values())))
+            self.live.start()
+
     def drain(self, deadline_s: float) -> DrainResult:
+        """Deliver what is due for up to ``deadline_s`` seconds (after stopping the background
+        delivery, whose totals are included)."""
+        if self.live is not None:
+            live, self.live = self.live, None
+            return live.stop(deadline_s)
         return Dispatcher(self.outbox, list(self.endpoints.values())).drain(deadline_s)
 
     def close(self) -> None:

@@ -419,6 +419,7 @@ def _alert_sink(args: argparse.Namespace, program: Any, engine_name: str) -> Ale
           file=sys.stderr)
     for message in sink.unset.values():
         print(f"vigil run: warning: {message}: its alerts will not be delivered", file=sys.stderr)
+    sink.start_delivery()  # alerts leave as their matches are queued, not when input ends
     return sink
 
 
