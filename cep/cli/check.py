@@ -7,8 +7,8 @@ import argparse
 import sys
 
 from cep.cli.arguments import EXIT_ERRORS, EXIT_OK, expand_rule_paths
-from cep.engine import Engine
 from cep.engine.queries import query_warnings
+from cep.engine.validation import compile_errors
 from query_lang import VigilError, ast, check_program, parse, print_module
 from query_lang.checks import stream_warnings
 from query_lang.includes import read_named_file
@@ -31,7 +31,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     paths = expand_rule_paths(args.files)
     program, errors = check_program(paths)
     if not errors:
-        errors = _compile_errors(program)
+        errors = compile_errors(program)
     for err in errors:
         print(err.render(), file=sys.stderr)
     if errors:
@@ -51,22 +51,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"ok: {len(program.modules)} file(s), {counts}")
     return EXIT_OK
-
-
-def _compile_errors(program) -> list[VigilError]:
-    """What `vigil run` would refuse once the checks pass: the program compiled as the engine
-    compiles it (every rule, query and metric, every list file read). The checks report the
-    compile limits themselves (query_lang.limits); this catches whatever a compiler of a layer
-    above the language refuses, so that `check` passes only what `run` accepts."""
-    try:
-        Engine().register(program.modules)
-    except VigilError as err:
-        found = getattr(err, "errors", None) or [err]
-        for each in found:
-            if each.source is None and each.span is not None:
-                each.source = program.sources.get(each.span.file)
-        return found
-    return []
 
 
 def _cmd_format(args: argparse.Namespace) -> int:

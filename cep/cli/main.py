@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cep.cli import alerts, check, demo, explain, run, sample
+from cep.cli import alerts, check, demo, explain, registry, run, sample
 from cep.cli.arguments import EXIT_OK, EXIT_USAGE, UsageError
 
-COMMANDS = (check, explain, run, alerts, sample, demo)
+COMMANDS = (check, explain, run, registry, alerts, sample, demo)
 """The modules whose ``configure_parser`` adds their sub-commands, in the order of ``--help``."""
 
 
