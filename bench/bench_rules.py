@@ -1,0 +1,223 @@
+"""W5: thousands of rules on one stream — what each registered rule costs per event.
+
+N generated rules of a realistic mix over the CEP benchmark's events (``bench_cep.generate``,
+plus a ``flags`` stream for joins): card-testing thresholds (``probe{k,} big``), sequences of
+rare event kinds (``a b c``), trailing absences (``placed !paid``), joins of two streams, and
+strict ``prev`` conditions, each with its own thresholds and window, tuned so that matches stay
+rare. For each N it reports events/s (CPU time, ``Engine.feed_batch``), matches per 1,000
+events, the time and memory to register the set, and the memory per live partial match; and
+the *sharing factor*: the CPU time of the rules run one at a time (a sample of them, scaled to
+N) over the time of running them together — above 1 when registering a rule alongside others
+costs less than running it alone::
+
+    .venv/bin/python bench/bench_rules.py --events 200000 --rules 10,100,1000
+    .venv/bin/python bench/bench_rules.py --events 1000000 --rules 10,100,1000,10000 \\
+        --markdown bench/results/rules.md
+
+Issue #23's goal is a cost per event that follows what an event can advance, not what is
+registered; the 1-rule and N-rule rows of the table show how far that holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_cep import generate  # noqa: E402
+
+from cep.engine.engine import Engine  # noqa: E402
+
+STREAMS = """
+stream ev (id int, key string, kind string, amount float, merchant string, price float,
+           ts timestamp)
+  time ts unit ms lateness 5s id id
+stream flags (key string, level int, ts timestamp) time ts unit ms lateness 5s
+"""
+SHAPES = ("threshold", "sequence", "absence", "join", "prev")
+RARE_KINDS = ("order", "payment", "login", "reset", "logout")
+
+
+def rule_text(i: int, rng: random.Random) -> str:
+    """Rule ``i`` of the mix (shape by ``i``, parameters by ``rng``)."""
+    shape = SHAPES[i % len(SHAPES)]
+    window = rng.choice(["1m", "2m", "5m", "10m", "30m"])
+    if shape == "threshold":
+        probes, low = rng.randint(3, 5), round(rng.uniform(0.2, 1.0), 2)
+        high = rng.choice([500, 800, 1200, 2000])
+        return (f"rule r{i} from ev by key pattern probe{{{probes},}} big\n"
+                f"  define probe as amount < {low},\n"
+                f"         big as amount > {high} and merchant != last(probe).merchant\n"
+                f"  within {window}\n")
+    if shape == "sequence":
+        a, b, c = (rng.choice(RARE_KINDS) for _ in range(3))
+        above = rng.choice([50, 100, 200, 400])
+        return (f"rule r{i} from ev by key pattern a b c\n"
+                f'  define a as kind == "{a}" and amount > {above}, b as kind == "{b}",\n'
+                f'         c as kind == "{c}"\n'
+                f"  within {window}\n")
+    if shape == "absence":
+        above = rng.choice([800, 1500, 3000, 5000])
+        return (f"rule r{i} from ev by key pattern placed !paid\n"
+                f'  define placed as kind == "order" and amount > {above},\n'
+                f'         paid as kind == "payment"\n'
+                f"  within {window}\n")
+    if shape == "join":
+        level, above = rng.randint(7, 9), rng.choice([300, 600, 1000])
+        return (f"rule r{i} from flags, ev by key pattern f e\n"
+                f"  define f as flags where level >= {level},\n"
+                f"         e as ev where amount > {above}\n"
+                f"  within {window}\n")
+    rise = rng.choice([3, 4, 5])
+    above = rng.choice([200, 400, 800])
+    return (f"rule r{i} from ev by key pattern a b contiguity strict\n"
+            f"  define a as amount > {above}, b as price > prev(price) + {rise}\n")
+
+
+def program(n: int, seed: int = 23) -> str:
+    rng = random.Random(seed)
+    return STREAMS + "\n".join(rule_text(i, rng) for i in range(n))
+
+
+def flags_frame(events: pd.DataFrame, seed: int = 5) -> pd.DataFrame:
+    """One flag per 1,000 events, on a key that has events, levels 0-9."""
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(events), size=max(1, len(events) // 1000), replace=False)
+    rows.sort()
+    picked = events.iloc[rows]
+    return pd.DataFrame({"stream": "flags", "key": picked["key"].to_numpy(),
+                         "level": rng.integers(0, 10, len(rows)),
+                         "ts": picked["ts"].to_numpy() - 1})
+
+
+def mixed(events: pd.DataFrame) -> pd.DataFrame:
+    """The ``ev`` events and their flags in one frame, in arrival order."""
+    ev = events.assign(stream="ev")
+    both = pd.concat([ev, flags_frame(events)], ignore_index=True)
+    return both.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class Row:
+    rules: int
+    events: int
+    cpu_s: float
+    matches: int
+    register_s: float
+    register_bytes: int
+    partials: int
+    partial_bytes: int
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.cpu_s if self.cpu_s else float("inf")
+
+
+def _partials(engine: Engine) -> int:
+    return sum(
+        getattr(st, "partial_count", 0)
+        for group in engine._groups.values()  # noqa: SLF001 - a benchmark looks inside
+        for state in group.states.values()
+        for st in state.rules.values()
+    )
+
+
+def run(text: str, frame: pd.DataFrame, batch: int) -> Row:
+    """Time the rules over ``frame`` (no tracing), then measure their memory on a prefix."""
+    gc.collect()
+    started = time.perf_counter()
+    engine = Engine()
+    engine.register(text)
+    register_s = time.perf_counter() - started
+    matches = 0
+    cpu = time.process_time()
+    for lo in range(0, len(frame), batch):
+        engine.feed_batch(frame.iloc[lo : lo + batch])
+        matches += len(engine.drain())
+        engine.drain_dead_letters()
+    cpu_s = time.process_time() - cpu
+    engine.close()
+    matches += len(engine.drain())
+    registered, partials, held = _memory(text, frame.iloc[:MEMORY_PREFIX], batch)
+    return Row(len(engine.rules), len(frame), cpu_s, matches, register_s, registered, partials,
+               held)
+
+
+MEMORY_PREFIX = 50_000
+"""Events fed under tracemalloc (which slows Python several times) to measure memory."""
+
+
+def _memory(text: str, frame: pd.DataFrame, batch: int) -> tuple[int, int, int]:
+    """Bytes held by the registered rules, live partial matches after ``frame``, and the bytes
+    the engine's state grew by."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        engine = Engine()
+        engine.register(text)
+        registered = tracemalloc.get_traced_memory()[0]
+        for lo in range(0, len(frame), batch):
+            engine.feed_batch(frame.iloc[lo : lo + batch])
+            engine.drain()
+            engine.drain_dead_letters()
+        gc.collect()
+        return registered, _partials(engine), tracemalloc.get_traced_memory()[0] - registered
+    finally:
+        tracemalloc.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--rules", default="10,100,1000")
+    parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--alone", type=int, default=10,
+                        help="rules of the mix run one at a time for the sharing factor")
+    parser.add_argument("--markdown", help="write the table to this file")
+    args = parser.parse_args(argv)
+    frame = mixed(generate(args.events, args.keys))
+    print(f"data: {len(frame):,} events ({args.events:,} ev + flags), {args.keys:,} keys",
+          file=sys.stderr)
+    rng = random.Random(23)
+    texts = [rule_text(i, rng) for i in range(max(int(n) for n in args.rules.split(",")))]
+    alone_rows = [run(STREAMS + texts[i], frame, args.batch)
+                  for i in range(min(args.alone, len(texts)))]
+    alone_cpu = sum(r.cpu_s for r in alone_rows) / len(alone_rows)
+    print(f"one rule alone: {len(frame) / alone_cpu:,.0f} events/s (mean of {len(alone_rows)})",
+          file=sys.stderr)
+    lines = [
+        "| rules | events/s (CPU) | matches / 1,000 events | register (s) | bytes / rule | "
+        "live partials | bytes / partial | sharing factor |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in (int(x) for x in args.rules.split(",")):
+        row = run(STREAMS + "\n".join(texts[:n]), frame, args.batch)
+        sharing = alone_cpu * n / row.cpu_s
+        per_partial = row.partial_bytes / row.partials if row.partials else float("nan")
+        line = (f"| {n:,} | {row.rate:,.0f} | {1000 * row.matches / len(frame):.2f} | "
+                f"{row.register_s:.2f} | {row.register_bytes / n:,.0f} | {row.partials:,} | "
+                f"{per_partial:,.0f} | {sharing:.1f} |")
+        print(line, file=sys.stderr, flush=True)
+        lines.append(line)
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
