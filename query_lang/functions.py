@@ -8,8 +8,10 @@ compiler's job, so every function obeys the same rule: a null or mistyped argume
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -27,6 +29,7 @@ __all__ = [
     "SAME_AS_ARGUMENT",
     "SCALAR_FUNCTIONS",
     "ScalarFunction",
+    "cidr_contains",
     "haversine_km",
     "map_distinct",
 ]
@@ -208,6 +211,52 @@ def _distance_vector(*coordinates: np.ndarray) -> np.ndarray:
     return np.asarray(haversine_km(lat1, lon1, lat2, lon2))
 
 
+@lru_cache(maxsize=1024)
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+
+
+def cidr_contains(address: str, network: str) -> bool:
+    """Whether the IP address ``address`` lies in the network ``network`` (CIDR notation).
+
+    False when ``address`` is not an IPv4 or IPv6 address or ``network`` is not a network.
+    IPv4 and IPv6 never mix: ``::ffff:10.0.0.1`` is not in ``10.0.0.0/8``.
+
+    Examples
+    --------
+    >>> cidr_contains("10.1.2.3", "10.0.0.0/8"), cidr_contains("fe80::1", "fe80::/10")
+    (True, True)
+    >>> cidr_contains("192.168.0.1", "10.0.0.0/8"), cidr_contains("host", "10.0.0.0/8")
+    (False, False)
+    """
+    net = _network(network)
+    if net is None:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip.version == net.version and ip in net
+
+
+def _cidr_vector(addresses: np.ndarray, networks: np.ndarray) -> np.ndarray:
+    if networks.ndim == 0:
+        network = networks.tolist()
+        return map_distinct(lambda address: cidr_contains(address, network), addresses)
+    pairs = np.broadcast_arrays(addresses, networks)
+    out = np.empty(pairs[0].shape, dtype=object)
+    for i, (address, network) in enumerate(zip(*(p.tolist() for p in pairs), strict=True)):
+        out[i] = cidr_contains(address, network)
+    return out
+
+
+def _length_vector(values: np.ndarray) -> np.ndarray:
+    return map_distinct(len, values, dtype=np.int64)
+
+
 def _strings(function: Callable[[str], str]) -> Callable[[np.ndarray], np.ndarray]:
     def vector(values: np.ndarray) -> np.ndarray:
         return map_distinct(function, values)
@@ -222,6 +271,8 @@ SCALAR_FUNCTIONS: Mapping[str, ScalarFunction] = MappingProxyType({
     f.name: f
     for f in (
         ScalarFunction("lower", _STRING, T.STRING, _lower, _strings(_lower), "lower(s)"),
+        # EQL's length(): characters of a string (code points, as Python and EQL count them).
+        ScalarFunction("length", _STRING, T.INT, len, _length_vector, "length(s)"),
         ScalarFunction("upper", _STRING, T.STRING, _upper, _strings(_upper), "upper(s)"),
         ScalarFunction(
             "abs", (T.NUMERIC | {T.DURATION},), SAME_AS_ARGUMENT, abs, _abs_vector, "abs(x)"
@@ -233,6 +284,12 @@ SCALAR_FUNCTIONS: Mapping[str, ScalarFunction] = MappingProxyType({
         ScalarFunction(
             "distance_km", (T.NUMERIC,) * 4, T.FLOAT, _distance_scalar, _distance_vector,
             "distance_km(lat1, lon1, lat2, lon2)",
+        ),
+        # Sigma's `cidr` modifier and EQL's cidrMatch: a network test no string operation
+        # can express exactly for IPv6, whose addresses have several spellings.
+        ScalarFunction(
+            "cidr_match", _STRING * 2, T.BOOL, cidr_contains, _cidr_vector,
+            "cidr_match(ip, network)",
         ),
     )
 })

@@ -20,10 +20,11 @@ EVENT = {"s": "Ab", "i": -7, "f": -2.5, "ts": 1_700_000_000_000, "t0": 1_699_999
 
 # An argument of each type, and a literal of each type to compare a result with.
 ARGUMENT = {T.STRING: "s", T.INT: "i", T.FLOAT: "f", T.TIMESTAMP: "ts", T.DURATION: "(ts - t0)"}
-LITERAL = {T.STRING: '"x"', T.INT: "1", T.FLOAT: "1.5", T.DURATION: "1m", T.TIMESTAMP: "t0"}
+LITERAL = {T.STRING: '"x"', T.INT: "1", T.FLOAT: "1.5", T.DURATION: "1m", T.TIMESTAMP: "t0",
+           T.BOOL: "true"}
 # What a value of each type is once compiled.
 RUNTIME_KIND = {T.STRING: "str", T.INT: "num", T.FLOAT: "num", T.TIMESTAMP: "num",
-                T.DURATION: "num"}
+                T.DURATION: "num", T.BOOL: "bool"}
 
 
 def declared_calls() -> list[tuple[str, tuple[str, ...]]]:
@@ -97,3 +98,17 @@ def test_an_undeclared_argument_type_is_rejected_by_the_checks(name: str) -> Non
             if RUNTIME_KIND[wrong] != function.kinds[position]:
                 # The compiled kernel cannot take it either: the call is null.
                 assert evaluate(text) is None, text
+
+
+@pytest.mark.parametrize(("address", "network", "inside"), [
+    ("10.1.2.3", "10.0.0.0/8", True), ("11.0.0.1", "10.0.0.0/8", False),
+    ("FE80::1", "fe80::/10", True), ("fec0::1", "fe80::/10", False),
+    ("::ffff:10.0.0.1", "10.0.0.0/8", False), ("host", "10.0.0.0/8", False),
+    ("10.1.2.3", "not a network", False), ("10.1.2.3", "10.1.2.3", True),
+])
+def test_cidr_match_row_and_column_agree(address: str, network: str, inside: bool) -> None:
+    event = {**EVENT, "s": address}
+    for text in (f"cidr_match(s, {network!r})", "cidr_match(s, n)"):
+        row = compile_expr(parse_expr(text))({**event, "n": network})
+        column = compile_columns(parse_expr(text))(pd.DataFrame([{**event, "n": network}] * 2))
+        assert row is inside and column.tolist() == [inside, inside], text

@@ -1,0 +1,277 @@
+"""One EQL query as one Vigil rule: an event query is a one-step rule, a sequence a pattern of
+steps with EQL's sequence semantics (see ``docs/import.md``, "EQL").
+
+EQL's engine keeps, per join key, one pending sequence at each step and replaces it with a
+newer one; an event advances the pending sequence of its step (so it is never skipped) and a
+completed sequence is reported at once, overlapping ones included. In Vigil words: relaxed
+contiguity, ``partials latest``, ``after match no skip``, ``within`` for ``maxspan``. ``until``
+drops the pending sequences of its key: a negated step between every two steps, and, for a
+step that the same event could complete, ``not until`` in its condition (EQL closes first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eql import ast as eql_ast
+
+from query_lang.imports.eql.expressions import (
+    Condition,
+    ExpressionWriter,
+    FieldTypes,
+    field_name,
+    infer_types,
+    join_terms,
+    pipe_name,
+)
+from query_lang.imports.eql.reading import ParsedQuery
+from query_lang.lexical import duration_text, quote
+
+__all__ = ["ImportedRule", "RuleHeader", "Step", "query_steps", "write_rule"]
+
+
+@dataclass(frozen=True)
+class RuleHeader:
+    """What a rule carries besides its pattern: name, title, severity, tags."""
+
+    name: str
+    title: str | None = None
+    severity: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class Step:
+    """One event query of an EQL query: a sequence step, an ``until`` or a missing event."""
+
+    query: Any  # eql EventQuery
+    streams: list[str]
+    keys: list[str]
+    role: str = "step"  # "step", "until", "missing"
+    node: Any = None
+
+
+@dataclass
+class ImportedRule:
+    """A translated query: its Vigil text and the fields each stream must declare."""
+
+    name: str
+    text: str
+    fields: dict[str, set[str]] = field(default_factory=dict)
+
+
+def query_steps(
+    parsed: ParsedQuery, streams_of: Callable[[str], list[str]], ignore_pipes: frozenset[str]
+) -> tuple[list[Step], list[Any], int | None, list[str]]:
+    """The steps of ``parsed`` (an event query is one step), the conditions its ``filter``
+    pipes add, its ``maxspan`` in ms and notes on ignored pipes; refuses what has no
+    equivalent."""
+    query = parsed.query
+    first = query.first
+    filters: list[Any] = []
+    notes: list[str] = []
+    ignored = False
+    for pipe in query.pipes:
+        name = pipe_name(pipe)
+        if name in ignore_pipes:
+            notes.append(f"pipe `| {pipe.render()}` ignored (--ignore-pipe {name})")
+            ignored = True
+            continue
+        if name == "filter" and isinstance(first, eql_ast.EventQuery) and not ignored:
+            filters.append(pipe.expression if hasattr(pipe, "expression") else pipe.arguments[0])
+            continue
+        why = {
+            "filter": "it follows an ignored pipe, whose cut it would filter" if ignored else
+                      "a sequence's filter reads the completed sequence, after EQL has dropped "
+                      "it from its pending ones",
+            "head": "a standing rule reports every match as it happens, not the first N",
+            "tail": "a standing rule reports every match as it happens, not the last N",
+            "sort": "matches are reported in event time as they happen",
+        }.get(name, "it summarises all the results of a search")
+        raise parsed.error(pipe, f"pipe `| {name}` has no Vigil equivalent: {why}",
+                           construct=f"pipe {name}")
+    if isinstance(first, eql_ast.EventQuery):
+        step = Step(first, streams_of_query(parsed, first, streams_of), [], node=first)
+        return [step], filters, None, notes
+    if isinstance(first, eql_ast.Sequence):
+        steps = []
+        for sub in first.queries:
+            role = "missing" if sub.data.get("is_negated") else "step"
+            if sub.data.get("fork"):
+                raise parsed.error(sub, "`fork` has no Vigil equivalent", construct="fork")
+            steps.append(_step(parsed, sub, role, streams_of))
+        if first.close is not None:
+            steps.append(_step(parsed, first.close, "until", streams_of))
+        maxspan = None
+        if first.max_span is not None:
+            ms = first.max_span.as_milliseconds()
+            if ms != int(ms) or ms <= 0:
+                raise parsed.error(first.max_span, f"maxspan of {ms} ms: Vigil windows are "
+                                   "whole milliseconds", construct="maxspan")
+            maxspan = int(ms)
+        return steps, [], maxspan, notes
+    kind = type(first).__name__.lower()
+    why = {
+        "join": "a join matches its events in any order; Vigil patterns are ordered",
+        "sample": "a sample collects events regardless of their order or time",
+    }.get(kind, "no equivalent")
+    raise parsed.error(first, f"`{kind}` has no Vigil equivalent: {why}", construct=kind)
+
+
+def streams_of_query(parsed: ParsedQuery, query: Any, streams_of: Callable[[str], list[str]]):
+    try:
+        return streams_of(query.event_type)
+    except ValueError as err:
+        raise parsed.error(query, str(err), construct="event category") from None
+
+
+def _step(parsed: ParsedQuery, sub: Any, role: str, streams_of) -> Step:
+    keys = []
+    for value in sub.join_values:
+        if not isinstance(value, eql_ast.Field):
+            raise parsed.error(
+                value, f"join key `{value.render()}` is an expression; Vigil joins on fields",
+                construct="join key expression",
+            )
+        keys.append(field_name(parsed, value))
+    return Step(sub.query, streams_of_query(parsed, sub.query, streams_of), keys, role, sub)
+
+
+def write_rule(
+    parsed: ParsedQuery,
+    header: RuleHeader,
+    steps: list[Step],
+    filters: list[Any],
+    maxspan: int | None,
+    notes: list[str],
+    types: FieldTypes,
+    case_insensitive: Callable[[Any], bool],
+    folds_keys: bool,
+) -> ImportedRule:
+    """The Vigil text of one translated query (types must already be inferred)."""
+    streams: list[str] = []
+    for step in steps:
+        for s in step.streams:
+            if s not in streams:
+                streams.append(s)
+    fields: dict[str, set[str]] = {s: set() for s in streams}
+
+    def writer_for(step: Step) -> ExpressionWriter:
+        return ExpressionWriter(parsed, case_insensitive, lambda name: types.of(step.streams[0],
+                                                                                name))
+
+    def condition_of(step: Step, extra: list[Any] = ()) -> Condition:
+        writer = writer_for(step)
+        conditions = [writer.condition(step.query.query)]
+        conditions += [writer.condition(f) for f in extra]
+        for s in step.streams:
+            fields[s] |= writer.fields_read
+        if len(conditions) == 1:
+            return conditions[0]
+        return Condition(join_terms(" and ", [c.true for c in conditions]),
+                         join_terms(" or ", [c.false for c in conditions]))
+
+    lines = [f"rule {header.name}" + (f" {quote(header.title)}" if header.title else "")]
+    lines.append(f"  from {', '.join(streams)}")
+    if len(steps) == 1 and steps[0].role == "step":
+        step = steps[0]
+        cond = condition_of(step, filters)
+        lines.append("  pattern e")
+        lines.append(f"  define e as {cond.true}")
+    else:
+        lines += _sequence_lines(parsed, steps, maxspan, types, condition_of, fields,
+                                 folds_keys)
+    if header.severity:
+        lines.append(f"  severity {header.severity}")
+    if header.tags:
+        lines.append("  tags " + ", ".join(quote(t) for t in header.tags))
+    text = "".join(f"# {n}\n" for n in notes) + "\n".join(lines) + "\n"
+    return ImportedRule(header.name, text, fields)
+
+
+def _sequence_lines(parsed, steps, maxspan, types, condition_of, fields, folds_keys):
+    ordered = [s for s in steps if s.role != "until"]
+    until = next((s for s in steps if s.role == "until"), None)
+    if ordered[0].role == "missing":
+        raise parsed.error(ordered[0].node, "a sequence that starts with a missing event "
+                           "`![...]` has no Vigil equivalent (a pattern cannot start with an "
+                           "absence)", construct="leading missing event")
+    if ordered[-1].role == "missing" and maxspan is None:
+        raise parsed.error(ordered[-1].node, "a missing event `![...]` at the end of a sequence "
+                           "needs `with maxspan=`", construct="trailing missing event")
+    # Key positions every step joins on with the same field become the rule's `by`.
+    width = len(ordered[0].keys)
+    shared = [i for i in range(width)
+              if len({s.keys[i] for s in steps}) == 1]
+    rule_by = [ordered[0].keys[i] for i in shared]
+    for step in steps:
+        for s in step.streams:
+            fields[s] |= set(step.keys)
+        for key in step.keys:
+            if folds_keys and types.of(step.streams[0], key) == "string":
+                raise parsed.error(
+                    step.node, f"join key `{key}` is a string, which this dialect compares "
+                    "ignoring case; Vigil keys are exact (import with --case-sensitive)",
+                    construct="case-insensitive join key",
+                )
+
+    def own_keys(step: Step) -> str:
+        own = [k for i, k in enumerate(step.keys) if i not in shared]
+        if not own:
+            return ""
+        return f" by {own[0]}" if len(own) == 1 else f" by ({', '.join(own)})"
+
+    names: list[str] = []
+    defines: list[str] = []
+    number = 0
+    until_cond = condition_of(until) if until is not None else None
+    for position, step in enumerate(ordered):
+        number += 1
+        name = f"m{number}" if step.role == "missing" else f"s{number}"
+        names.append(name)
+        cond = condition_of(step)
+        true = cond.true
+        if until is not None and position > 0 and step.role == "step" and \
+                set(until.streams) & set(step.streams):
+            # EQL closes a key's pending sequences before the event can complete them.
+            guard = until_cond.true
+            same_key = [f"{a} == {b}" for a, b in zip(until.keys, step.keys, strict=True)
+                        if a != b]
+            blocked = join_terms(" and ", [guard, *same_key])
+            true = join_terms(" and ", [true, f"not ({blocked})" if blocked != "false" else "true"])
+        stream = step.streams[0] if len(step.streams) == 1 and len(fields) > 1 else None
+        body = f"{stream} where {true}" if stream else true
+        defines.append(f"{name} as {body}{own_keys(step)}")
+    if until is not None:
+        stream = until.streams[0] if len(until.streams) == 1 and len(fields) > 1 else None
+        body = f"{stream} where {until_cond.true}" if stream else until_cond.true
+        defines.append(f"u as {body}{own_keys(until)}")
+    pattern: list[str] = []
+    for i, (name, step) in enumerate(zip(names, ordered, strict=True)):
+        if i > 0 and until is not None:
+            pattern.append("!u")
+        pattern.append(f"!{name}" if step.role == "missing" else name)
+    lines = []
+    if rule_by:
+        lines.append(f"  by {', '.join(rule_by)}")
+    lines.append(f"  pattern {' '.join(pattern)}")
+    lines.append("  partials latest")
+    lines.append("  define " + ",\n         ".join(defines))
+    if maxspan is not None:
+        lines.append(f"  within {duration_text(maxspan)}")
+    lines.append("  after match no skip")
+    return lines
+
+
+def infer_step_types(parsed: ParsedQuery, steps: list[Step], filters: list[Any],
+                     types: FieldTypes) -> None:
+    """Note the field types the conditions of ``steps`` (and ``filters``) imply."""
+    for step in steps:
+        infer_types(parsed, step.query.query, step.streams, types)
+    if filters:
+        for f in filters:
+            infer_types(parsed, f, steps[0].streams, types)
+
+

@@ -1,0 +1,166 @@
+"""``vigil import eql``: Elasticsearch's EQL operators, sequences and refusals, each run through
+the embedded engine on events built to match and to miss."""
+
+from __future__ import annotations
+
+import pytest
+
+from cep.cli.main import main
+from cep.engine import Engine
+from query_lang import check_program
+from query_lang.imports.eql import EqlImportError, EqlOptions, EqlSource, import_eql
+
+OPTIONS = EqlOptions(id_field="id", schema={"*": {"id": "int", "k": "int"}})
+
+
+def run(query: str, events: list[dict], options: EqlOptions = OPTIONS) -> list[list[int]]:
+    """The ids of each match of ``query`` over ``events`` (time: their position, in seconds)."""
+    result = import_eql([EqlSource("q.eql", query)], options)
+    assert not result.errors, result.errors[0].render()
+    program, errors = check_program(text=result.text)
+    assert not errors, errors[0].render()
+    engine = Engine(now_ms=10**12)
+    engine.register(result.text)
+    for i, event in enumerate(events):
+        engine.feed({"id": i, "timestamp": i, **event})
+    engine.close()
+    found = []
+    for match in engine.drain():
+        bound = match["events"]
+        ordered = sorted(bound, key=lambda v: int(v[1:] or 0))
+        found.append([i for v in ordered for i in bound[v]])
+    return found
+
+
+def refusal(query: str, options: EqlOptions = OPTIONS) -> EqlImportError:
+    result = import_eql([EqlSource("q.eql", query)], options)
+    assert result.errors and not result.rules
+    return result.errors[0]
+
+
+def P(**fields):  # noqa: N802 - a process event
+    return {"stream": "process", **fields}
+
+
+@pytest.mark.parametrize(
+    ("condition", "matching"),
+    [
+        ('process.name : "CMD.exe"', [0, 1]),  # `:` ignores case
+        ('process.name == "cmd.exe"', [0]),  # `==` is exact
+        ('process.name : "c?d*"', [0, 1]),  # wildcards * and ?
+        ('process.name like "c*"', [0]),
+        ('process.name like~ "C*"', [0, 1]),
+        ('process.name : ("x*", "*.EXE")', [0, 1]),
+        ('process.name in ("cmd.exe", "x")', [0]),
+        ('process.name in~ ("CMD.EXE", "x")', [0, 1]),
+        ('process.name regex~ "C.D\\\\.exe"', [0, 1]),
+        ('process.name regex "c.d"', []),  # Lucene regexes match the whole value
+        ('startsWith~(process.name, "CM")', [0, 1]),
+        ('endsWith(process.name, ".exe")', [0]),
+        ('length(process.name) == 7', [0, 1]),
+        ('?process.pe.original_file_name == null', [0, 1, 2]),
+        ('pid + 1 == 3 or pid / 2 == 2', [0, 1, 2]),  # integers divide to an integer: 5 / 2 == 2
+        ('not (process.name == "cmd.exe")', [1]),  # null is neither true nor false
+        ('cidrMatch(source.ip, "10.0.0.0/8", "192.168.0.0/16")', [0, 2]),
+    ],
+)
+def test_operators(condition, matching):
+    events = [
+        P(process={"name": "x"}, **{"process_name": "cmd.exe", "pid": 5, "source_ip": "10.1.1.1"}),
+        P(process_name="CMD.EXE", pid=2, source_ip="8.8.8.8"),
+        P(pid=4, source_ip="192.168.1.1"),
+    ]
+    assert run(f"process where {condition}", events) == [[i] for i in matching]
+
+
+def test_sequence_keeps_the_latest_pending_sequence_per_key_and_reports_overlaps():
+    events = [P(k=1, t="a"), P(k=1, t="a"), P(k=2, t="a"), P(k=1, t="b"), P(k=2, t="b"),
+              P(k=1, t="b")]
+    query = 'sequence by k [process where t == "a"] [process where t == "b"]'
+    # The second `a` of key 1 replaces the first; the last `b` finds nothing pending.
+    assert run(query, events) == [[1, 3], [2, 4]]
+
+
+def test_until_and_maxspan():
+    events = [P(k=1, t="a"), P(k=1, t="stop"), P(k=1, t="b"),
+              P(k=2, t="a"), P(k=2, t="b")]
+    query = ('sequence by k with maxspan=1s [process where t == "a"] [process where t == "b"] '
+             'until [process where t == "stop"]')
+    assert run(query, events) == [[3, 4]]
+    assert run(query.replace("1s", "500ms"), events) == []
+
+
+def test_missing_events_and_runs():
+    events = [P(k=1, t="a"), P(k=1, t="x"), P(k=1, t="b"),
+              P(k=2, t="a"), P(k=2, t="b"), P(k=2, t="b")]
+    middle = ('sequence by k with maxspan=1m [process where t == "a"] '
+              '![process where t == "x"] '
+              '[process where t == "b"]')
+    assert run(middle, events) == [[3, 4]]
+    runs = 'sequence by k [process where t == "a"] [process where t == "b"] with runs=2'
+    assert run(runs, events) == [[3, 4, 5]]
+    trailing = ('sequence by k with maxspan=1s [process where t == "a"] '
+                '![process where t == "x"]')
+    assert run(trailing, events) == [[3]]
+
+
+def test_per_step_join_keys_follow_a_process_to_its_child():
+    events = [P(pid=10, name="cmd"), {"stream": "network", "pid": 11, "ppid": 10},
+              {"stream": "network", "pid": 12, "ppid": 99}]
+    query = 'sequence [process where name == "cmd"] by pid [network where true] by ppid'
+    assert run(query, events, EqlOptions(
+        id_field="id", schema={"*": {"id": "int", "pid": "int", "ppid": "int"}})) \
+        == [[0, 1]]
+
+
+@pytest.mark.parametrize(
+    ("query", "construct", "column"),
+    [
+        ("process where true | head 5", "pipe head", 22),
+        ("join [process where true] [file where true]", "join", 7),
+        ("process where concat(a, b) == \"ab\"", "function concat", 15),
+        ("process where a[0] == \"x\"", "array index", 15),
+        ("sequence with maxspan=1m ![process where a == 1] [process where true]",
+         "leading missing event", 26),
+        ("sequence [process where true] by pid * 2 [file where true] by pid", "join key expression",
+         34),
+        ("process where descendant of [process where true]", "descendant of", 15),
+    ],
+)
+def test_refusals_name_the_construct_and_its_place(query, construct, column):
+    err = refusal(query)
+    assert (err.construct, err.line, err.column) == (construct, 1, column)
+    assert "^" in err.render()
+
+
+def test_detection_rule_toml_through_the_command_line(tmp_path, capsys):
+    rule = tmp_path / "rule.toml"
+    rule.write_text(
+        "[metadata]\nmaturity = \"production\"\n\n[rule]\nname = \"Shell From Office\"\n"
+        "severity = \"high\"\nrisk_score = 73\nrule_id = \"abc\"\nlanguage = \"eql\"\n"
+        "query = '''\nprocess where process.parent.name : \"winword.exe\" and\n"
+        "  process.name : (\"cmd.exe\", \"powershell.exe\") | tail 1\n'''\n"
+    )
+    assert main(["import", "eql", str(rule)]) == 1
+    err = capsys.readouterr().err
+    assert f"{rule}:12:50: error: pipe `| tail`" in err
+    assert main(["import", "eql", "--ignore-pipe", "tail", str(rule)]) == 0
+    out = capsys.readouterr().out
+    assert 'rule shell_from_office "Shell From Office"' in out
+    assert "severity high" in out and '"risk_score:73"' in out
+    assert "# pipe `| tail 1` ignored" in out
+    target = tmp_path / "out.vigil"
+    target.write_text(out)
+    assert main(["check", str(target)]) == 0
+
+
+def test_stream_mapping_and_schema(tmp_path, capsys):
+    query = tmp_path / "q.eql"
+    query.write_text('process where pid == 4')
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"*": {"pid": "float"}}')
+    assert main(["import", "eql", "--stream", "process=proc", "--schema", str(schema),
+                 "--time-unit", "ms", str(query)]) == 0
+    out = capsys.readouterr().out
+    assert "stream proc (\n  pid float,\n  timestamp timestamp\n) time timestamp unit ms" in out
+    assert "from proc" in out
