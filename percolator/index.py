@@ -38,6 +38,8 @@ class RegisteredQuery:
     ``streams`` empty means the query applies to documents of every stream. ``decided``: the
     presearcher proposes the query only for documents it matches (an exact requirement, every
     clause of which the presearcher checks), so the evaluator need not confirm it.
+    ``highlights``: the query asks for the offsets of its matched terms in every match, also
+    in runs that do not ask for them (see :meth:`Percolator.match_batch`).
     """
 
     name: str
@@ -47,6 +49,7 @@ class RegisteredQuery:
     requirement: Requirement
     slot: int
     decided: bool = False
+    highlights: bool = False
 
     def applies_to(self, stream: str | None) -> bool:
         """Whether documents of ``stream`` (None: unknown stream) are matched by this query."""
@@ -191,7 +194,8 @@ class QueryIndex:
     # ------------------------------------------------------------ changing
 
     def _register(
-        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str]
+        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str],
+        highlights: bool = False,
     ) -> RegisteredQuery:
         if not isinstance(name, str) or not name:
             raise InvalidQueryError(f"a query name must be a non-empty string, not {name!r}")
@@ -204,28 +208,31 @@ class QueryIndex:
             raise InvalidQueryError(str(exc), query=name) from None
         entry = RegisteredQuery(
             name, compiled.source, compiled, tuple(streams), requirement, self._next_slot,
-            self.presearcher.decides and requirement.exact,
+            self.presearcher.decides and requirement.exact, highlights,
         )
         self._next_slot += 1
         return entry
 
     def add(
-        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str] = ()
+        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str] = (),
+        *, highlights: bool = False,
     ) -> RegisteredQuery:
-        """Register a new standing query; raises :class:`DuplicateQueryError` if ``name`` exists."""
+        """Register a new standing query; raises :class:`DuplicateQueryError` if ``name`` exists.
+        ``highlights``: its matches always carry highlights."""
         if name in self._by_name:
             raise DuplicateQueryError(f"a standing query named {name!r} already exists")
-        entry = self._register(name, query, streams)
+        entry = self._register(name, query, streams, highlights)
         self._insert(entry)
         return entry
 
     def add_many(
-        self, queries: Iterable[tuple[str, SearchNode | CompiledQuery, Iterable[str]]]
+        self, queries: Iterable[tuple[str, SearchNode | CompiledQuery, Iterable[str]]],
+        *, highlights: bool = False,
     ) -> int:
         """Register many new queries at once into one freshly built segment; returns the count.
 
         Faster than :meth:`add` in a loop for an initial load. Nothing is registered if any
-        query is invalid or duplicated.
+        query is invalid or duplicated. ``highlights`` as in :meth:`add`, for each of them.
         """
         batch: list[RegisteredQuery] = []
         names: set[str] = set()
@@ -233,7 +240,7 @@ class QueryIndex:
             if name in self._by_name or name in names:
                 raise DuplicateQueryError(f"a standing query named {name!r} already exists")
             names.add(name)
-            batch.append(self._register(name, query, streams))
+            batch.append(self._register(name, query, streams, highlights))
         if not batch:
             return 0
         self._seal_delta()
@@ -250,12 +257,13 @@ class QueryIndex:
         return len(batch)
 
     def replace(
-        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str] = ()
+        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str] = (),
+        *, highlights: bool = False,
     ) -> RegisteredQuery:
         """Replace the query called ``name``; raises :class:`UnknownQueryError` if absent."""
         if name not in self._by_name:
             raise UnknownQueryError(f"no standing query named {name!r} to replace")
-        entry = self._register(name, query, streams)
+        entry = self._register(name, query, streams, highlights)
         self._remove(name)
         self._insert(entry)
         return entry

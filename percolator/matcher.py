@@ -1,5 +1,6 @@
 """The percolator: matches each incoming document against every standing query, returning one
-:class:`QueryMatch` per (document, query) with highlights, plus per-batch prefilter statistics.
+:class:`QueryMatch` per (document, query), with highlights where a run or the query asks for
+them, plus per-batch prefilter statistics.
 """
 
 from __future__ import annotations
@@ -52,24 +53,30 @@ def match_id(name: str, document_id: str) -> str:
     return xxhash.xxh3_128_hexdigest(data, seed=0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueryMatch:
-    """One standing query matching one document, with the offsets of the matched terms."""
+    """One standing query matching one document, with the offsets of the matched terms when
+    they were asked for (``highlights`` None otherwise)."""
 
     name: str
     document_id: str
-    highlights: Highlights
+    highlights: Highlights | None
     match_id: str
 
     def to_dict(self) -> dict[str, Any]:
-        """The match as the engine's output object (``kind`` is always ``"query"``)."""
-        return {
+        """The match as the engine's output object (``kind`` is always ``"query"``); the
+        ``highlights`` field only when they were asked for."""
+        out: dict[str, Any] = {
             "kind": "query",
             "name": self.name,
             "document_id": self.document_id,
             "match_id": self.match_id,
-            "highlights": {f: [list(s) for s in spans] for f, spans in self.highlights.items()},
         }
+        if self.highlights is not None:
+            out["highlights"] = {
+                f: [list(s) for s in spans] for f, spans in self.highlights.items()
+            }
+        return out
 
     def to_json(self) -> str:
         """The match as one compact JSON object, as written one per line to outputs.
@@ -79,6 +86,8 @@ class QueryMatch:
         >>> QueryMatch("acme_news", "d1", {"title": [[0, 4]]}, "ab").to_json()
         '{"kind":"query","name":"acme_news","document_id":"d1","match_id":"ab",\
 "highlights":{"title":[[0,4]]}}'
+        >>> QueryMatch("acme_news", "d1", None, "ab").to_json()
+        '{"kind":"query","name":"acme_news","document_id":"d1","match_id":"ab"}'
         """
         return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
 
@@ -128,6 +137,11 @@ class Percolator:
         Field holding a document's id.
     delta_capacity, merge_factor
         Tuning of the live index (see :class:`~percolator.index.QueryIndex`).
+    highlights
+        Whether runs that do not say (``match``, ``match_batch``) compute the highlights of
+        every match. Off by default, as in Elasticsearch and Lucene Monitor: they cost about
+        as much as verifying a match, and a query registered with ``highlights=True`` gets
+        them in every run anyway.
 
     Examples
     --------
@@ -135,8 +149,10 @@ class Percolator:
     >>> percolator = Percolator(Schema.of({"title": "text", "source": "string"}))
     >>> _ = percolator.add("acme_news", SearchAnd((SearchTerm("title", "acme"),
     ...     SearchPrefix("title", "layoff"), SearchNot(SearchTerm("source", "tabloid")))))
-    >>> [m.to_dict()["highlights"] for m in percolator.match(
-    ...     {"id": "d1", "title": "ACME layoffs", "source": "wire"})]
+    >>> doc = {"id": "d1", "title": "ACME layoffs", "source": "wire"}
+    >>> [m.name for m in percolator.match(doc)], percolator.match(doc)[0].highlights
+    (['acme_news'], None)
+    >>> [m.to_dict()["highlights"] for m in percolator.match(doc, highlights=True)]
     [{'title': [[0, 4], [5, 12]]}]
     """
 
@@ -148,11 +164,13 @@ class Percolator:
         id_field: str = "id",
         delta_capacity: int = 256,
         merge_factor: int = 4,
+        highlights: bool = False,
     ) -> None:
         self.index = QueryIndex(
             schema, presearcher, delta_capacity=delta_capacity, merge_factor=merge_factor
         )
         self.id_field = id_field
+        self.highlights = highlights
 
     @property
     def schema(self) -> Schema:
@@ -163,26 +181,30 @@ class Percolator:
         return len(self.index)
 
     def add(
-        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str] = ()
+        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str] = (),
+        *, highlights: bool = False,
     ) -> RegisteredQuery:
-        """Register a standing query under ``name`` (for ``streams``, or every stream)."""
-        return self.index.add(name, query, streams)
+        """Register a standing query under ``name`` (for ``streams``, or every stream);
+        ``highlights``: its matches carry them in every run."""
+        return self.index.add(name, query, streams, highlights=highlights)
 
     def add_declaration(self, declaration: QueryDecl) -> RegisteredQuery:
         """Register a parsed ``query`` block: its name, ``match`` expression and streams."""
         return self.index.add(declaration.name, declaration.match, declaration.streams)
 
     def add_many(
-        self, queries: Iterable[tuple[str, SearchNode | CompiledQuery, Iterable[str]]]
+        self, queries: Iterable[tuple[str, SearchNode | CompiledQuery, Iterable[str]]],
+        *, highlights: bool = False,
     ) -> int:
         """Register many ``(name, query, streams)`` at once; see :meth:`QueryIndex.add_many`."""
-        return self.index.add_many(queries)
+        return self.index.add_many(queries, highlights=highlights)
 
     def replace(
-        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str] = ()
+        self, name: str, query: SearchNode | CompiledQuery, streams: Iterable[str] = (),
+        *, highlights: bool = False,
     ) -> RegisteredQuery:
         """Replace the standing query called ``name``."""
-        return self.index.replace(name, query, streams)
+        return self.index.replace(name, query, streams, highlights=highlights)
 
     def delete(self, name: str) -> None:
         """Remove the standing query called ``name``."""
@@ -208,9 +230,11 @@ class Percolator:
         candidates: list[RegisteredQuery],
         document_id: str,
         stream: str | None,
+        highlights: bool,
     ) -> tuple[list[QueryMatch], int, int]:
         """The matches of one document among its candidates, the candidates verified and how
-        many of those the index decided."""
+        many of those the index decided; highlights for all of them or for the queries that
+        ask for them."""
         found: list[QueryMatch] = []
         verified = decided = 0
         for entry in candidates:
@@ -222,7 +246,8 @@ class Percolator:
             elif not entry.compiled.matches(doc):
                 continue
             found.append(QueryMatch(
-                entry.name, document_id, entry.compiled.highlights(doc),
+                entry.name, document_id,
+                entry.compiled.highlights(doc) if highlights or entry.highlights else None,
                 match_id(entry.name, document_id),
             ))
         found.sort(key=_by_name)
@@ -234,15 +259,18 @@ class Percolator:
         *,
         document_id: Any = None,
         stream: str | None = None,
+        highlights: bool | None = None,
     ) -> list[QueryMatch]:
         """The standing queries matching ``document``, sorted by name.
 
         The document id is ``document_id`` if given, else the document's ``id_field``.
         ``stream`` restricts matching to queries registered for that stream (or for all).
+        ``highlights`` as in :meth:`match_batch`.
         """
         doc = AnalyzedDocument(document, self.index.schema)
         found, _, _ = self._verify(
-            doc, self.index.candidates(doc), self._document_id(document, document_id), stream
+            doc, self.index.candidates(doc), self._document_id(document, document_id), stream,
+            self.highlights if highlights is None else highlights,
         )
         return found
 
@@ -279,14 +307,18 @@ class Percolator:
         *,
         stream: str | None = None,
         document_ids: Sequence[Any] | None = None,
+        highlights: bool | None = None,
     ) -> BatchResult:
         """Match a batch of documents, in order.
 
         A document's id is its entry of ``document_ids`` when given (one per document; None
         for none), else its ``id_field``; without one, its position in the batch. Candidates
         are selected :data:`SELECTION_BATCH` documents at a time (see
-        :meth:`QueryIndex.candidates_batch`).
+        :meth:`QueryIndex.candidates_batch`). ``highlights``: whether every match carries
+        them (None: the percolator's setting); either way the queries registered with
+        ``highlights=True`` get them.
         """
+        wanted = self.highlights if highlights is None else highlights
         all_matches: list[tuple[QueryMatch, ...]] = []
         per_doc: list[int] = []
         matched = decided = 0
@@ -294,7 +326,9 @@ class Percolator:
             docs = [doc for _, doc in chunk]
             selected = self.index.candidates_batch(docs)
             for (document_id, doc), candidates in zip(chunk, selected, strict=True):
-                found, verified, by_index = self._verify(doc, candidates, document_id, stream)
+                found, verified, by_index = self._verify(
+                    doc, candidates, document_id, stream, wanted
+                )
                 all_matches.append(tuple(found))
                 per_doc.append(verified)
                 matched += len(found)

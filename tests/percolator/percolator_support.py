@@ -88,7 +88,7 @@ def baseline(queries: Sequence[Query], schema: Schema = SCHEMA) -> Percolator:
 
 def outcome(percolator: Percolator, documents: Sequence[dict[str, Any]]) -> list[list[tuple]]:
     """Per document: (query name, highlights) of every match, comparable across variants."""
-    result = percolator.match_batch(documents)
+    result = percolator.match_batch(documents, highlights=True)
     return [[(m.name, m.highlights) for m in found] for found in result.matches]
 
 

@@ -48,11 +48,11 @@ def test_requirements_are_necessary_and_exact_ones_sufficient(query, document, s
 @given(st.lists(queries, min_size=1, max_size=8), st.lists(documents, min_size=1, max_size=4))
 def test_decided_candidates_are_matches_and_the_rest_are_evaluated(query_list, document_list):
     standing = [(f"q{i}", q) for i, q in enumerate(query_list)]
-    expected = baseline(standing).match_batch(document_list)
+    expected = baseline(standing).match_batch(document_list, highlights=True)
     assert expected.stats.decided == 0
     for name in FILTERING:
         percolator = VARIANTS[name](standing)
-        result = percolator.match_batch(document_list)
+        result = percolator.match_batch(document_list, highlights=True)
         assert result.matches == expected.matches
         decided = {q.name for q in percolator.index if q.decided}
         for found, document in zip(result.matches, document_list, strict=True):
@@ -73,10 +73,10 @@ def test_the_matcher_counts_decided_candidates_apart():
     percolator = VARIANTS["indexed-bulk"](standing)
     assert {q.name for q in percolator.index if q.decided} == {"terms", "prefix"}
     doc = {"id": "d", "title": "Acme corp", "body": "the merger brings layoffs"}
-    result = percolator.match_batch([doc])
+    result = percolator.match_batch([doc], highlights=True)
     assert [m.name for m in result.matches[0]] == ["negated", "phrase", "prefix", "terms"]
     assert result.stats.verified == 4 and result.stats.decided == 2
-    assert baseline(standing).match_batch([doc]).matches == result.matches
+    assert baseline(standing).match_batch([doc], highlights=True).matches == result.matches
 
 
 @pytest.mark.parametrize("variant_name", FILTERING)
@@ -88,8 +88,8 @@ def test_ranges_decided_by_intervals_stay_exact_for_integers_beyond_floats(varia
                 ("above", parse_search(f"views:[{edge} TO *]"))]
     standing += [(f"r{i}", parse_search(f"views:[{i} TO {edge}]")) for i in range(40)]
     documents = [{"id": str(v), "views": v} for v in (edge + 1, edge, edge - 1, 3, -edge - 1)]
-    expected = baseline(standing).match_batch(documents)
-    result = VARIANTS[variant_name](standing).match_batch(documents)
+    expected = baseline(standing).match_batch(documents, highlights=True)
+    result = VARIANTS[variant_name](standing).match_batch(documents, highlights=True)
     assert result.matches == expected.matches
     assert [m.name for m in result.matches[0]] == ["above"]
     assert {"edge", "above", "r0"} <= {m.name for m in result.matches[1]}

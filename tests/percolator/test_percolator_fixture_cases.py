@@ -52,7 +52,7 @@ def test_case(case):
     for presearcher in (NoFilterPresearcher(), IndexedPresearcher()):
         percolator = Percolator(schema, presearcher)
         percolator.add("q", query)
-        results[presearcher.name] = percolator.match_batch([doc])
+        results[presearcher.name] = percolator.match_batch([doc], highlights=True)
     baseline, indexed = results["no-filter"], results["indexed"]
     assert baseline.matches == indexed.matches
     assert baseline.stats.verified == 1

@@ -33,7 +33,7 @@ def percolator() -> Percolator:
 def test_match_emits_the_engine_output_shape(percolator):
     doc = {"id": "d1", "title": "Acme Corp cuts jobs", "body": "layoffs loom", "views": 2000,
            "source": "wire"}
-    [found] = percolator.match(doc, stream="news")
+    [found] = percolator.match(doc, stream="news", highlights=True)
     assert found == QueryMatch("acme_news", "d1", {"body": [[0, 7]], "title": [[0, 9]]},
                                match_id("acme_news", "d1"))
     assert json.loads(found.to_json()) == {
@@ -114,3 +114,22 @@ def test_batch_stats(percolator):
 def test_to_json_keeps_unicode_field_names():
     match = QueryMatch("q", "d", {"título": [[0, 1]]}, "id")
     assert '"título"' in match.to_json()
+
+
+def test_highlights_only_when_a_run_or_the_query_asks_for_them(percolator):
+    doc = {"id": "d1", "title": "zeta and Acme Corp", "body": "merger", "views": 5000}
+    plain = percolator.match_batch([doc]).matches[0]
+    assert [(m.name, m.highlights) for m in plain] == [("acme_news", None), ("zeta", None)]
+    assert "highlights" not in plain[0].to_dict()
+    asked = percolator.match_batch([doc], highlights=True).matches[0]
+    assert [m.highlights for m in asked] == [
+        {"body": [[0, 6]], "title": [[9, 18]]}, {"title": [[0, 4]]},
+    ]
+    # A query registered with highlights gets them in every run; the others do not.
+    percolator.replace("zeta", parse_search("zeta"), highlights=True)
+    assert [m.highlights for m in percolator.match(doc)] == [None, {"title": [[0, 4]]}]
+    # A percolator whose runs ask for them by default; a run may still decline.
+    eager = Percolator(SCHEMA, highlights=True)
+    eager.add("zeta", parse_search("zeta"))
+    assert eager.match(doc)[0].highlights == {"title": [[0, 4]]}
+    assert eager.match(doc, highlights=False)[0].highlights is None
