@@ -6,7 +6,13 @@ delivery), ``engine`` (the embedded engine) and ``cli`` (the ``vigil`` command);
 from __future__ import annotations
 
 from cep.engine import Engine, EngineStats
-from cep.errors import BadEventError, EngineError, StateError, UnknownRuleError
+from cep.errors import (
+    BadEventError,
+    CheckpointError,
+    EngineError,
+    StateError,
+    UnknownRuleError,
+)
 from cep.events import Event, KeyedProcessor, ProcessResult
 from cep.metrics import MetricOperator, compile_metric
 from cep.nfa import (
@@ -26,6 +32,7 @@ __all__ = [
     "Event",
     "EngineError",
     "BadEventError",
+    "CheckpointError",
     "StateError",
     "UnknownRuleError",
     "KeyedProcessor",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from query_lang.errors import VigilError
 
-__all__ = ["BadEventError", "EngineError", "StateError", "UnknownRuleError"]
+__all__ = ["BadEventError", "CheckpointError", "EngineError", "StateError", "UnknownRuleError"]
 
 
 class EngineError(VigilError):
@@ -36,6 +36,11 @@ class BadEventError(EngineError, ValueError):
 
 class StateError(EngineError, ValueError):
     """Serialised per-key state is truncated, corrupted or of an unknown format version."""
+
+
+class CheckpointError(StateError):
+    """An engine checkpoint cannot be written, read or restored: a file that is corrupt,
+    truncated or of another format version, or an engine it cannot be restored into."""
 
 
 class UnknownRuleError(EngineError, KeyError):

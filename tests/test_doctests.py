@@ -32,6 +32,8 @@ ENTRY_POINTS = {
     "query_lang.check_program": query_lang.check_program,
     "cep.compile_rule": cep.compile_rule,
     "cep.Engine": cep.Engine,
+    "cep.Engine.snapshot": cep.Engine.snapshot,
+    "cep.engine.CheckpointStore": cep.engine.CheckpointStore,
     "cep.RuleProcessor": cep.RuleProcessor,
     "cep.RuleState": cep.RuleState,
     "cep.process_event": cep.process_event,

@@ -10,19 +10,17 @@ events that cannot be used to ``--dead-letter``, and a summary to stderr. Exit c
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from contextlib import contextmanager
 from typing import IO, Any
-
-import pandas as pd
 
 from cep.alerts import AlertError
 from cep.alerts.routing import AlertSink
@@ -35,61 +33,25 @@ from cep.cli.arguments import (
     positive_int,
 )
 from cep.engine import Engine
-from cep.events.event import (
-    STREAM_FIELD,
-    BadEventError,
-    StreamSchema,
-    dead_letter,
-    parse_json_line,
-    stream_of,
-)
-from cep.events.limits import line_text
+from cep.engine.checkpoint import CheckpointStore
+from cep.errors import CheckpointError
+from cep.events.event import StreamSchema
+from cep.inputs import REDIS_SCHEMES, EventInput, InputReader, Piece, RedisInputError
 from query_lang.errors import VigilError
 from query_lang.loader import check_program
 
 __all__ = ["EventInput", "configure_parser", "parse_event_specs", "run"]
 
-CHUNK_ROWS = 20_000
-"""Events handed to the engine per batch: large enough to vectorise, small enough to stream."""
-
 PROGRESS_INTERVAL_S = 0.25
 
-REDIS_SCHEMES = ("redis://", "rediss://")
+EXIT_STOPPED = 130
+"""A followed run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C)."""
+
+CHECKPOINT_INTERVAL_S = 5.0
+"""How often an embedded run with ``--checkpoint`` saves its state (and when it stops)."""
 
 DEFAULT_STATE_OUTBOX = os.path.join(".vigil", "outbox.sqlite")
 """The alert outbox of a run that writes no directory (``--out -`` or a file)."""
-
-
-@dataclass(frozen=True)
-class EventInput:
-    """One ``--events`` argument: a file, a directory of files, or stdin, maybe bound to a
-    stream."""
-
-    path: str
-    stream: str | None = None
-
-    @property
-    def is_stdin(self) -> bool:
-        return self.path == "-"
-
-    @property
-    def is_redis(self) -> bool:
-        """A Redis stream: ``redis://HOST:PORT[/DB]/KEY`` (``rediss://`` with TLS)."""
-        return self.path.startswith(REDIS_SCHEMES)
-
-    def files(self) -> list[str]:
-        """The files to read, in order (a directory's regular files by name, skipping names
-        that start with ``.`` or ``_``, which Spark's file source also treats as hidden)."""
-        if self.is_stdin:
-            return ["-"]
-        if os.path.isdir(self.path):
-            names = sorted(
-                n
-                for n in os.listdir(self.path)
-                if not n.startswith((".", "_")) and os.path.isfile(os.path.join(self.path, n))
-            )
-            return [os.path.join(self.path, n) for n in names]
-        return [self.path]
 
 
 def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -127,7 +89,14 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--checkpoint", metavar="DIR",
-        help="Spark checkpoint (default OUT/_checkpoint); rerun with it to continue",
+        help="where the run keeps its state and input position: Spark's checkpoint (default "
+        "OUT/_checkpoint), or the embedded engine's (saved every 5 s and when it stops; --out "
+        "and --dead-letter are then appended to); rerun with it to continue",
+    )
+    parser.add_argument(
+        "--checkpoint-interval", type=float, default=CHECKPOINT_INTERVAL_S, metavar="SECONDS",
+        help="--engine embedded with --checkpoint: save the state at most this often "
+        "(default 5; 0 after every batch)",
     )
     parser.add_argument(
         "--buckets", type=positive_int, default=None, metavar="N",
@@ -234,27 +203,55 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERRORS
     if engine_name == "spark":
         return _run_spark(args, program, engine, inputs, sink)
+    # A run that continues from a checkpoint appends to what the runs before it wrote.
+    append = args.checkpoint is not None
     try:
-        out, close_out = _open_output(args.out)
-        dead, close_dead = _open_output(args.dead_letter) if args.dead_letter else (None, False)
+        out, close_out = _open_output(args.out, append)
+        dead, close_dead = (_open_output(args.dead_letter, append) if args.dead_letter
+                            else (None, False))
     except OSError as err:
         print(f"vigil run: cannot write {err.filename}: {err.strerror}", file=sys.stderr)
         return EXIT_USAGE
     show_progress = bool(getattr(args, "progress", False)) or (
-        sys.stderr.isatty() and not any(i.is_stdin for i in inputs)
+        sys.stderr.isatty() and not any(i.is_stdin or i.is_redis for i in inputs)
     )
-    progress = _Progress(inputs, enabled=show_progress)
-    started = time.perf_counter()
+    follow = bool(getattr(args, "follow", False))
+    if follow and len(inputs) != 1:
+        print("vigil run: --follow reads one --events input", file=sys.stderr)
+        return EXIT_USAGE
+    progress = _Progress(inputs, enabled=show_progress and not follow)
+    schemas = {name: StreamSchema.from_decl(decl) for name, decl in engine.streams.items()}
     try:
-        for chunk in _chunks(_merged_records(inputs, engine, progress), CHUNK_ROWS):
-            _feed_chunk(engine, chunk)
+        checkpoints = _Checkpoints.open(args.checkpoint, engine, inputs,
+                                        getattr(args, "checkpoint_interval", CHECKPOINT_INTERVAL_S))
+    except (CheckpointError, UsageError) as err:
+        print(f"vigil run: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    reader = InputReader(inputs, schemas, follow=follow, cursor=checkpoints.cursor)
+    started = time.perf_counter()
+    stopped = False
+    try:
+        with _stop_on_signals(reader, enabled=follow) as signalled:
+            for step in reader:
+                _feed(engine, step.pieces)
+                _write(out, _alert(sink, engine.drain()))
+                _write(dead, engine.drain_dead_letters())
+                if follow or checkpoints.enabled:  # written before a wait or a checkpoint
+                    out.flush()
+                    if dead is not None:
+                        dead.flush()
+                checkpoints.step(step.cursor)
+                progress.advance(step.size)
+                progress.update()
+            stopped = bool(signalled)
+        # The checkpoint holds the state before the end-of-input flush, so that a rerun over
+        # a grown input continues as one run would (docs/semantics.md, finite runs).
+        checkpoints.save()
+        if not stopped:
+            engine.close()
             _write(out, _alert(sink, engine.drain()))
             _write(dead, engine.drain_dead_letters())
-            progress.update()
-        engine.close()
-        _write(out, _alert(sink, engine.drain()))
-        _write(dead, engine.drain_dead_letters())
-    except OSError as err:
+    except (OSError, RedisInputError) as err:
         print(f"vigil run: {err}", file=sys.stderr)
         return EXIT_USAGE
     finally:
@@ -268,7 +265,102 @@ def run(args: argparse.Namespace) -> int:
     _summary(engine, time.perf_counter() - started, dead_letter_path=args.dead_letter)
     if sink is not None:
         _deliver(sink, args.delivery_deadline)
+    if stopped:
+        resume = ("rerun the same command to continue" if checkpoints.enabled else
+                  "nothing was checkpointed (run with --checkpoint DIR to be able to continue)")
+        print(f"vigil run: stopped; {resume}", file=sys.stderr)
+        return EXIT_STOPPED
     return EXIT_OK
+
+
+class _Checkpoints:
+    """``--checkpoint DIR`` of an embedded run: the engine's state and the input's cursor,
+    restored at the start and saved at most every ``interval_s`` seconds of input and when the
+    run stops (a :class:`cep.engine.checkpoint.CheckpointStore`)."""
+
+    def __init__(
+        self, store: CheckpointStore | None, engine: Engine, cursor: Any, interval_s: float
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.cursor = cursor
+        self.interval_s = interval_s
+        self._last = cursor
+        self._saved_at = time.monotonic()
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None
+
+    @classmethod
+    def open(
+        cls, directory: str | None, engine: Engine, inputs: Sequence[EventInput],
+        interval_s: float = CHECKPOINT_INTERVAL_S,
+    ) -> _Checkpoints:
+        """Restore the engine from ``directory``'s checkpoint, if any (printing what the
+        program's edits kept and reset).
+
+        Raises
+        ------
+        UsageError
+            When the input cannot be checkpointed (several inputs read together).
+        CheckpointError
+            When the checkpoint cannot be read, naming the file.
+        """
+        if directory is None:
+            return cls(None, engine, None, interval_s)
+        if len(inputs) != 1:
+            raise UsageError("--checkpoint with --engine embedded reads one --events input")
+        store = CheckpointStore(directory)
+        saved = store.load()
+        if saved is None:
+            return cls(store, engine, None, interval_s)
+        report = engine.restore(saved.state)
+        print(f"vigil run: continuing from {saved.path}: {report.summary()}", file=sys.stderr)
+        return cls(store, engine, saved.cursor, interval_s)
+
+    def step(self, cursor: Any) -> None:
+        self._last = cursor
+        if self.store is not None and time.monotonic() - self._saved_at >= self.interval_s:
+            self.save()
+
+    def save(self) -> None:
+        if self.store is not None:
+            self.store.save(self.engine.snapshot(), cursor=self._last)
+            self._saved_at = time.monotonic()
+
+
+@contextmanager
+def _stop_on_signals(reader: InputReader, *, enabled: bool) -> Iterator[list[int]]:
+    """While a followed run reads, SIGINT and SIGTERM stop it after the step being fed (the
+    list yielded gets the signal's number); the handlers before are restored after."""
+    received: list[int] = []
+    if not enabled:
+        yield received
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        received.append(signum)
+        reader.stop()
+
+    saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _feed(engine: Engine, pieces: Sequence[Piece]) -> None:
+    """Hand a step to the engine: each batch in one call, dead letters in their places."""
+    for piece in pieces:
+        if isinstance(piece, dict):
+            engine.reject(piece)
+        else:
+            engine.feed_batch(
+                piece.frame, source=piece.source, lines=piece.lines,
+                positions=piece.positions, raw=piece.raw,
+            )
 
 
 def _engine_choice(args: argparse.Namespace, inputs: Sequence[EventInput]) -> str:
@@ -289,10 +381,15 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
 
     ``--out DIR`` keeps the micro-batch files (and the checkpoint, by default); ``--out -``
     prints the matches as each micro-batch commits, with the files in a scratch directory.
+    A finite run ends with the end-of-input flush, which the checkpoint does not keep: a rerun
+    with it continues over whatever the input gained. ``--follow`` keeps the query polling
+    the input until SIGINT/SIGTERM, which stop it after the current micro-batch.
     """
     if len(inputs) != 1 or inputs[0].is_stdin:
-        print("vigil run: --engine spark reads one --events file or directory", file=sys.stderr)
+        print("vigil run: --engine spark reads one --events file, directory or redis:// "
+              "stream", file=sys.stderr)
         return EXIT_USAGE
+    follow = bool(getattr(args, "follow", False))
     to_stdout = args.out in (None, "-")
     scratch = tempfile.mkdtemp(prefix="vigil-run-") if to_stdout else None
     out_dir = scratch if to_stdout else args.out
@@ -308,21 +405,36 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
             _write(sys.stdout, matches)
             sys.stdout.flush()
 
+    from spark_udf.errors import CheckpointError, OperatorConfigError, SourceError
     from spark_udf.run import run_spark
 
     names = [*engine.rules, *engine.standing]
     print(f"vigil run: Spark ({args.master}) runs {len(names)} rule(s), query(ies) and "
           f"metric(s); its log is {log_path}", file=sys.stderr)
+    if follow:
+        print(f"vigil run: following {inputs[0].path} (new files, appended lines, new stream "
+              "entries, polled every second); Ctrl-C or SIGTERM stops after the current "
+              "micro-batch", file=sys.stderr)
+        if sink is not None:
+            sink.start_delivery()  # a run that never ends delivers its alerts as they come
     failed = True
     try:
         summary = run_spark(
             program.modules, inputs[0].path, out=out_dir, dead_letter=dead_dir,
             master=args.master, checkpoint=args.checkpoint, on_matches=on_matches,
-            stream=inputs[0].stream, spark=_spark_session(args.master, log_path),
-            on_progress=_spark_progress,
+            stream=inputs[0].stream, spark=lambda: _spark_session(args.master, log_path),
+            on_progress=_spark_progress, available_now=not follow,
             **({} if args.buckets is None else {"buckets": args.buckets}),
         )
         failed = False
+    except (CheckpointError, OperatorConfigError, SourceError) as err:
+        # What the run was asked to do cannot work (a checkpoint of another program or bucket
+        # count, an input changed behind it, an unreachable server): nothing ran.
+        failed = False
+        print(f"vigil run: {err}", file=sys.stderr)
+        if sink is not None:
+            sink.close()
+        return EXIT_USAGE
     finally:
         if scratch is not None and not failed:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -336,12 +448,24 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
     ]
     if summary.dead_letters and dead_dir is None:
         lines.append("  (use --dead-letter DIR to keep the late and bad events)")
+    if not summary.input_rows and summary.resumed_after is not None and not follow:
+        lines.append(
+            f"vigil run: no new events since micro-batch {summary.resumed_after} of the "
+            f"checkpoint {summary.checkpoint}"
+            + ("" if summary.flushed_after is not None else
+               "; its end of input was flushed by the run that read them")
+        )
     print("\n".join(lines), file=sys.stderr)
     if sink is not None:
         _deliver(sink, args.delivery_deadline)
     if summary.stopped_by_signal:
-        print("vigil run: stopped; rerun with the same --checkpoint to continue",
-              file=sys.stderr)
+        if scratch is not None and args.checkpoint is None:
+            print("vigil run: stopped; with --out - no checkpoint was kept: give --checkpoint "
+                  "DIR to be able to continue a run", file=sys.stderr)
+        else:
+            print(f"vigil run: stopped after the last committed micro-batch; rerun the same "
+                  f"command (checkpoint {summary.checkpoint}) to continue from there",
+                  file=sys.stderr)
         return 130
     return EXIT_OK
 
@@ -351,7 +475,11 @@ def _spark_progress(progress: dict[str, Any]) -> None:
     rows = progress.get("eventRows", progress.get("numInputRows", 0))
     took = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
     batch = progress.get("batchId")
-    if progress.get("endOfInput"):
+    if progress.get("flush"):
+        print(f"  after micro-batch {batch}: end of input, the watermark passes every event: "
+              f"{progress.get('matches', 0)} match(es) flushed ({took:.1f}s; the checkpoint "
+              "keeps the state before it, to continue over more input)", file=sys.stderr)
+    elif progress.get("endOfInput"):
         print(f"  micro-batch {batch}: end of input, the watermark passes every event "
               f"({took:.1f}s)", file=sys.stderr)
     elif rows:
@@ -467,130 +595,13 @@ def _deliver(sink: Any, deadline_s: float) -> None:
         )
 
 
-# ---------------------------------------------------------------------- reading
-
-
-@dataclass(slots=True)
-class _Record:
-    """One input line: parsed when it is a JSON object, else kept as a dead letter."""
-
-    order: int
-    source: str
-    line: int
-    position: int
-    text: str
-    event: dict[str, Any] | None
-    letter: dict[str, Any] | None
-
-
-def _merged_records(
-    inputs: Sequence[EventInput], engine: Engine, progress: _Progress
-) -> Iterator[_Record]:
-    """The lines of every input, interleaved by event time when there are several inputs
-    (each input is assumed roughly time-ordered; the engine's reorder buffer does the rest)."""
-    schemas = {name: StreamSchema.from_decl(decl) for name, decl in engine.streams.items()}
-    interleave = len(inputs) > 1
-    readers = [_read(inp, schemas, progress, interleave) for inp in inputs]
-    if not interleave:
-        yield from readers[0]
-        return
-    yield from heapq.merge(*readers, key=lambda r: r.order)
-
-
-def _read(
-    inp: EventInput, schemas: dict[str, StreamSchema], progress: _Progress, interleave: bool
-) -> Iterator[_Record]:
-    position = 0
-    last_order = -(2**63)
-    for path in inp.files():
-        # Bytes, decoded line by line: a line that is not UTF-8 is a dead letter of its own
-        # (line_text), as in the Spark source, instead of text with replacement characters.
-        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # a test's StringIO has no buffer
-        handle = stdin if path == "-" else open(path, "rb")
-        source = "-" if path == "-" else path
-        try:
-            for number, data in enumerate(handle, start=1):
-                progress.advance(len(data))
-                if not number & 0xFFF:
-                    progress.update()  # a cheap clock check; redraws a few times a second
-                # Stripped as the Spark source strips a line (JSON ignores the white space).
-                text = line_text(data) if isinstance(data, bytes) else data.strip()
-                if not text:
-                    continue
-                event = letter = None
-                try:
-                    event = parse_json_line(text)
-                    if inp.stream is not None:
-                        event[STREAM_FIELD] = inp.stream
-                    if interleave:
-                        last_order = _order_of(event, schemas, last_order)
-                except BadEventError as exc:
-                    letter = dead_letter(
-                        exc.reason, exc.detail, input=source, line=number, raw=text
-                    )
-                yield _Record(last_order, source, number, position, text, event, letter)
-                position += 1
-        finally:
-            if handle is not stdin:
-                handle.close()
-
-
-def _order_of(event: dict[str, Any], schemas: dict[str, StreamSchema], last: int) -> int:
-    """Event time used to interleave several inputs; a line without one keeps its place."""
-    try:
-        schema = stream_of(event, None, schemas)
-        value = event.get(schema.time_field) if schema.time_field else None
-        # Bounded as the engine bounds it: a time too far ahead must not hold back its input.
-        return last if value is None else schema.event_time(value)
-    except BadEventError:
-        return last
-
-
-def _chunks(records: Iterator[_Record], size: int) -> Iterator[list[_Record]]:
-    chunk: list[_Record] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _feed_chunk(engine: Engine, chunk: list[_Record]) -> None:
-    """Hand a chunk to the engine: runs of parsed events as one batch, broken lines as dead
-    letters in their place."""
-    run: list[_Record] = []
-    for record in chunk:
-        if record.event is not None:
-            run.append(record)
-            continue
-        _feed_run(engine, run)
-        run = []
-        engine.reject(record.letter)
-    _feed_run(engine, run)
-
-
-def _feed_run(engine: Engine, run: list[_Record]) -> None:
-    if not run:
-        return
-    frame = pd.DataFrame.from_records([r.event for r in run])
-    engine.feed_batch(
-        frame,
-        source=[r.source for r in run],
-        lines=[r.line for r in run],
-        positions=[r.position for r in run],
-        raw=[r.text for r in run],
-    )
-
-
 # ---------------------------------------------------------------------- writing
 
 
-def _open_output(path: str | None) -> tuple[IO[str], bool]:
+def _open_output(path: str | None, append: bool = False) -> tuple[IO[str], bool]:
     if path is None or path == "-":
         return sys.stdout, False
-    return open(path, "w", encoding="utf-8"), True
+    return open(path, "a" if append else "w", encoding="utf-8"), True
 
 
 def _write(handle: IO[str] | None, records: list[dict[str, Any]]) -> None:

@@ -85,6 +85,29 @@ class KeyTimers:
             self._seq += 1
             heapq.heappush(self._heap, (due, self._seq, signature, key))
 
+    def live(self) -> list[tuple[int, tuple, tuple]]:
+        """``(due, signature, key)`` of every live timer, in the order they would fire."""
+        out = []
+        seen: set[tuple[tuple, tuple]] = set()
+        # Heap entries whose key was rescheduled earlier or fired since are dead: skipped.
+        for due, _, signature, key in sorted(self._heap, key=lambda entry: entry[:2]):
+            ident = (signature, key)
+            if ident not in seen and self._scheduled.get(ident) == due:
+                seen.add(ident)
+                out.append((due, signature, key))
+        return out
+
+    def restore(self, timers: list[tuple[int, tuple, tuple]]) -> None:
+        """Replace every timer by ``(due, signature, key)`` ones (from :meth:`live`), to fire
+        in that order; a key listed twice keeps its first."""
+        self.clear()
+        for due, signature, key in timers:
+            if (signature, key) not in self._scheduled:
+                self._scheduled[(signature, key)] = due
+                self._seq += 1
+                self._heap.append((due, self._seq, signature, key))
+        heapq.heapify(self._heap)
+
     def forget(self, signature: tuple, key: tuple) -> None:
         self._scheduled.pop((signature, key), None)
 
@@ -135,12 +158,12 @@ def dispatch(
         )
         for signature, group in groups.items()
     ]
-    for _ts, _seq, (event, masks) in released:
+    for _ts, _seq, (event, event_masks) in released:
         for signature, group, always, width, key_fn, multi in prepared:
-            if event.stream not in always and not group.relevant(event, masks):
+            if event.stream not in always and not group.relevant(event, event_masks):
                 continue
-            if len(masks) != width:
-                masks = _aligned(masks, group.slots)
+            # Each group reads the event's engine-wide masks through its own slots.
+            masks = event_masks if len(event_masks) == width else _aligned(event_masks, group.slots)
             if multi:
                 keys = key_fn(event)
             else:

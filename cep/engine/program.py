@@ -204,13 +204,16 @@ def compile_program_rule(
     *,
     max_partials: int | None = None,
     compiler: Callable[..., CompiledRule] = compile_rule,
+    version: int = 1,
 ) -> CompiledRule:
     """A rule of a program compiled as every engine runs it: with the program's streams and
-    lists, and ``search(...)`` conditions answered by the percolator."""
+    lists, and ``search(...)`` conditions answered by the percolator. ``version`` (part of
+    every match and its id) is 1 unless a restart found the rule changed
+    (:mod:`cep.engine.checkpoint`)."""
     options: dict[str, Any] = {
         "lists": dict(lists),
         "search": field_predicate,
-        "version": 1,
+        "version": version,
         "streams": streams,
     }
     if max_partials is not None:
@@ -224,9 +227,11 @@ def compile_program_metric(
     lists: Mapping[str, Any],
     *,
     lateness_ms: int | None = None,
+    version: int = 1,
 ) -> CompiledMetric:
     """A metric of a program compiled as every engine runs it (see
     :func:`compile_program_rule`)."""
     return compile_metric(
-        decl, streams=streams, lists=lists, search=field_predicate, lateness_ms=lateness_ms
+        decl, streams=streams, lists=lists, search=field_predicate, lateness_ms=lateness_ms,
+        version=version,
     )

@@ -56,6 +56,19 @@ class StandingQueries:
     def __contains__(self, name: str) -> bool:
         return name in self._queries or name in self._metrics
 
+    @property
+    def operators(self) -> dict[str, MetricOperator]:
+        """The window operator of each registered metric, by name."""
+        return dict(self._metrics)
+
+    def replace_operator(self, name: str, operator: MetricOperator) -> None:
+        """Run metric ``name`` with ``operator`` from now on: its state restored from a
+        checkpoint, or a fresh one of its definition compiled with another version. The
+        metric keeps the streams it reads."""
+        if name not in self._metrics:
+            raise KeyError(name)
+        self._metrics[name] = operator
+
     def compile(
         self,
         decls: list[ast.QueryDecl | ast.MetricDecl],
@@ -98,7 +111,12 @@ class StandingQueries:
             decl, batch = waiting
             percolator = self._percolators.get(stream)
             if percolator is None:
-                percolator = self._percolators[stream] = Percolator(query_schema(decl))
+                # Highlights on: a query's matches are alerts a person reads, and the offsets
+                # say why the event matched; they cost per match, and alerts are few per event
+                # (docs/percolator.md, "Highlights").
+                percolator = self._percolators[stream] = Percolator(
+                    query_schema(decl), highlights=True
+                )
             if len(batch) == 1:
                 percolator.add(*batch[0])  # into the live delta: no segment for one query
             else:

@@ -275,6 +275,16 @@ class ColumnBuffer:
             out.extend((chunk.event(int(r)), chunk.width) for r in chunk.live)
         return out
 
+    def held(self) -> list[tuple[Event, int]]:
+        """Every row still held, as events paired with their chunk width, stream by stream in
+        the order they arrived (what :meth:`take` would remove; nothing is removed)."""
+        return [
+            (chunk.event(int(r)), chunk.width)
+            for chunks in self._chunks.values()
+            for chunk in chunks
+            for r in chunk.live
+        ]
+
     def release(self, watermark_ms: int) -> list[Block]:
         """Remove the rows with ``ts <= watermark_ms``: per stream, a block in ``(ts, seq)``
         order."""

@@ -25,6 +25,7 @@ from cep.events.limits import (
     line_bytes,
     nesting_depth,
     shown_line,
+    too_large_detail,
 )
 from cep.events.time_bounds import (
     DEFAULT_AHEAD_MS,
@@ -223,10 +224,7 @@ def parse_json_line(text: str) -> dict[str, Any]:
     if len(text) * 4 > MAX_EVENT_BYTES:  # else it cannot take more bytes than the limit
         size = line_bytes(text)
         if size > MAX_EVENT_BYTES:
-            raise BadEventError(
-                EventReason.TOO_LARGE,
-                f"the line takes {size:,} bytes; an event may take at most {MAX_EVENT_BYTES:,}",
-            )
+            raise BadEventError(EventReason.TOO_LARGE, too_large_detail(size))
     if text.count("[") + text.count("{") > MAX_EVENT_DEPTH:  # else it cannot nest deeper
         depth = nesting_depth(text)
         if depth > MAX_EVENT_DEPTH:

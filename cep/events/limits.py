@@ -20,6 +20,7 @@ __all__ = [
     "line_text",
     "nesting_depth",
     "shown_line",
+    "too_large_detail",
 ]
 
 MAX_EVENT_BYTES = 1 << 20
@@ -45,6 +46,17 @@ as ``invalid_utf8``."""
 # A JSON string, complete or running to the end of the text; a backslash escapes any character.
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
 _OPEN, _CLOSE = np.frombuffer(b"[{", dtype=np.uint8), np.frombuffer(b"]}", dtype=np.uint8)
+
+
+def too_large_detail(size: int) -> str:
+    """The detail of a ``too_large`` dead letter: the line's ``size`` in bytes and the limit.
+
+    Examples
+    --------
+    >>> too_large_detail(2_000_000)
+    'the line takes 2,000,000 bytes; an event may take at most 1,048,576'
+    """
+    return f"the line takes {size:,} bytes; an event may take at most {MAX_EVENT_BYTES:,}"
 
 
 def decode_line(data: bytes) -> str:

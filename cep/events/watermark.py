@@ -104,6 +104,13 @@ class Watermark:
         """Largest event time seen per stream."""
         return dict(self._max_ts)
 
+    def restore(self, current: int, max_ts: Mapping[str, int]) -> None:
+        """Continue from a checkpoint: the watermark ``current`` and the largest event time
+        seen per stream (streams no longer declared are best left out: they would hold the
+        watermark back)."""
+        self._current = int(current)
+        self._max_ts = {str(name): int(ts) for name, ts in max_ts.items()}
+
     def set_lateness(self, stream: str, lateness_ms: int) -> None:
         """Declare (or redeclare) a stream's lateness."""
         self._lateness[stream] = int(lateness_ms)

@@ -958,3 +958,26 @@ def test_a_list_file_is_read_as_an_included_rule_file_is(tmp_path, monkeypatch) 
         message = str(caught.value)
         assert "cannot read list 'leak'" in message and reason in message
         assert f"{bad}:2:1" in message
+
+
+def test_rules_of_two_key_definitions_each_see_an_event_fed_alone() -> None:
+    # Dispatch aligns an event's masks to each group's slots; the first group's view must not
+    # become the next group's (it did: the keyed rule registered second saw nothing).
+    program = """
+stream s (k string, u string, ts timestamp) time ts
+rule o from s pattern e define e as k == "g"
+rule r from s by u pattern v1 v2 define v1 as k == "a", v2 as k == "b"
+"""
+    rows = [{"k": kind, "u": "x", "ts": 1_767_225_600 + i} for i, kind in enumerate("abg")]
+    found = []
+    for batch in (False, True):
+        engine = Engine()
+        engine.register(program)
+        if batch:
+            engine.feed_batch(pd.DataFrame(rows))
+        else:
+            for row in rows:
+                engine.feed(row)
+        engine.close()
+        found.append(sorted(m["name"] for m in engine.drain()))
+    assert found == [["o", "r"], ["o", "r"]]
