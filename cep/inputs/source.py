@@ -12,7 +12,7 @@ from cep.inputs.lines import LineBlock
 
 __all__ = ["POLL_INTERVAL_S", "Cursor", "LineSource", "StopSignal"]
 
-POLL_INTERVAL_S = 0.2
+POLL_INTERVAL_S = 0.02
 """How long a followed input waits before it looks again for new lines, files or entries."""
 
 Cursor = dict[str, Any]
