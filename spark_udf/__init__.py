@@ -9,6 +9,7 @@ from spark_udf.bucket_state import BucketState
 from spark_udf.detectors import BucketedDetector, PerKeyDetector
 from spark_udf.errors import (
     BucketStateError,
+    CheckpointError,
     OperatorConfigError,
     RedisSourceError,
     SinkError,
@@ -39,6 +40,7 @@ __all__ = [
     "BucketState",
     "BucketStateError",
     "BucketedDetector",
+    "CheckpointError",
     "EventLayout",
     "OperatorConfigError",
     "PerKeyDetector",

@@ -39,7 +39,12 @@ from spark_udf.routing import (
     resolve_processor,
 )
 
-__all__ = ["BucketedDetector", "PerKeyDetector"]
+__all__ = ["BUCKET_STATE", "BucketedDetector", "PerKeyDetector"]
+
+BUCKET_STATE = "bucket"
+"""Name of the ``ValueState`` (one column, ``data binary``) holding a bucket's
+:class:`~spark_udf.bucket_state.BucketState`: what the end-of-input flush reads back from a
+checkpoint (:mod:`spark_udf.flush`)."""
 
 
 def _engine_watermark(spark_watermark_ms: int) -> int:
@@ -127,7 +132,7 @@ class BucketedDetector(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
-        self._state = handle.getValueState("bucket", "data binary")
+        self._state = handle.getValueState(BUCKET_STATE, "data binary")
         if self._plan is None:
             self._owners = [(resolve_processor(self._source), self._layout)]
         else:

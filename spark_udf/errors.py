@@ -3,10 +3,12 @@ also inherit the matching builtin so callers may catch either."""
 
 from __future__ import annotations
 
+from cep import errors as engine_errors
 from query_lang.errors import VigilError
 
 __all__ = [
     "BucketStateError",
+    "CheckpointError",
     "OperatorConfigError",
     "RedisSourceError",
     "SinkError",
@@ -25,6 +27,13 @@ class OperatorConfigError(SparkOperatorError, ValueError):
 
 class BucketStateError(SparkOperatorError, ValueError):
     """Stored bucket state bytes are truncated, corrupted or of an unknown format version."""
+
+
+class CheckpointError(SparkOperatorError, engine_errors.CheckpointError):
+    """A Spark checkpoint cannot continue with this run: it holds the state of another program
+    or bucket count, or its input changed behind the position it has read (names what changed
+    and what to do). Also the embedded engine's :class:`cep.errors.CheckpointError` (and so a
+    ``ValueError``)."""
 
 
 class SourceError(SparkOperatorError, OSError):

@@ -21,11 +21,13 @@ from cep.engine import StandingQueries, load_declarations
 from cep.events.event import (
     STREAM_FIELD,
     BadEventError,
+    EventReason,
     StreamSchema,
     dead_letter,
     parse_json_line,
     stream_of,
 )
+from cep.events.watermark import Watermark, late_detail
 from query_lang import ast
 from query_lang.printer import print_declaration
 from spark_udf.batch import END_MARK_STREAM, SEQ_COLUMN
@@ -74,6 +76,11 @@ def _index(
         gc.collect()
         gc.freeze()
     return found
+
+
+def _watermark(schemas: Mapping[str, Any]) -> Watermark:
+    """The embedded engine's watermark over the streams of ``schemas``, with their lateness."""
+    return Watermark({name: schema.lateness_ms for name, schema in schemas.items()})
 
 
 def query_names(program: Any) -> list[str]:
@@ -147,13 +154,15 @@ def query_outputs(
     def match_partition(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         query_decls, stream_decls, bound, column, key, checked_streams = shipped
         standing, schemas = _index(key, query_decls, stream_decls)
+        # One watermark per task, over its slice of the input in order (see frame_outputs).
+        watermark = _watermark(schemas)
         for frame in frames:
             # A few hundred rows at a time: a frame's matches are handed on before the next
             # rows are matched, so the objects alive (and traversed by each collection) stay few.
             for start in range(0, len(frame), ROWS_PER_CHUNK):
                 yield records_frame(frame_outputs(
                     frame.iloc[start:start + ROWS_PER_CHUNK], standing, schemas,
-                    column=column, bound=bound, checked=checked_streams,
+                    column=column, bound=bound, checked=checked_streams, watermark=watermark,
                 ))
 
     return events.mapInPandas(match_partition, schema=OUTPUT_SCHEMA)
@@ -167,15 +176,24 @@ def frame_outputs(
     column: str = EVENT_COLUMN,
     bound: str | None = None,
     checked: Collection[str] = frozenset(),
+    watermark: Watermark | None = None,
 ) -> list[dict[str, Any]]:
     """Output records (see :func:`spark_udf.records.records_frame`) of one frame of rows:
     the query matches of its events and the dead letters of the rows no keyed operator checks
     (``checked`` names the streams one does); what a worker of :func:`query_outputs` runs.
+
+    Lateness as in the embedded engine: ``watermark`` (a fresh one when None) follows the
+    rows in input order, and an event behind it is not searched; it is dead-lettered ``late``
+    unless a keyed operator checks its stream (which reports it). A worker judges its slice of
+    the input only: an event late only against rows of another task is still searched.
     """
     checked_streams = frozenset(checked)
+    if watermark is None:
+        watermark = _watermark(schemas)
     seqs = frame[SEQ_COLUMN].tolist() if SEQ_COLUMN in frame else range(len(frame))
     accepted = []
     letters: list[dict[str, Any]] = []
+    late: list[dict[str, Any]] = []
     for seq, text in zip(seqs, frame[column].tolist(), strict=True):
         text = text if isinstance(text, str) else None
         try:
@@ -207,9 +225,17 @@ def frame_outputs(
                     exc.reason, exc.detail, line=seq, stream=schema.name, event=raw,
                 ))
             continue
+        met = watermark.current
+        if watermark.observe(event.stream, int(event.ts)):
+            if checked_here:
+                late.append(dead_letter_record(dead_letter(
+                    EventReason.LATE, late_detail(int(event.ts), met, schema.epoch_unit_ms),
+                    line=seq, stream=schema.name, event=raw,
+                ), time_ms=int(event.ts)))
+            continue
         if standing.wants_documents(event.stream):
             accepted.append(event)
-    rows = [dead_letter_record(letter) for letter in letters]
+    rows = [dead_letter_record(letter) for letter in letters] + late
     # One batch per run of a stream's events: candidates are selected many at a time.
     for event, match in standing.match_events(accepted):
         when = int(event.ts)

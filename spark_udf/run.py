@@ -1,6 +1,7 @@
-"""``run_spark``: run a Vigil program over a JSON-lines input as a Spark Structured Streaming
-query, writing matches and dead letters idempotently; the engine behind ``vigil run --engine
-spark``. Ctrl-C stops the query cleanly and a rerun with the same checkpoint continues."""
+"""``run_spark``: run a Vigil program over a JSON-lines input or a Redis Stream as a Spark
+Structured Streaming query, writing matches and dead letters idempotently; the engine behind
+``vigil run --engine spark``. Ctrl-C stops the query after its current micro-batch, and a rerun
+with the same checkpoint continues, also over an input that has grown since."""
 
 from __future__ import annotations
 
@@ -13,20 +14,40 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pyspark import cloudpickle
 
 from query_lang import load_program
+from spark_udf.checkpoint import (
+    RunRecord,
+    StateLayout,
+    bucket_error,
+    check_resumable,
+    files_read,
+    last_committed,
+    read_record,
+    write_record,
+)
 from spark_udf.errors import OperatorConfigError, SparkOperatorError
+from spark_udf.flush import end_of_input_rows
 from spark_udf.operator import detect_plan
 from spark_udf.queries import query_names, query_outputs
 from spark_udf.routing import DEFAULT_BUCKETS
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs, route_specs
 from spark_udf.session import session
 from spark_udf.sinks import BatchSink, MatchHook
-from spark_udf.sources import EVENT_COLUMN, SOURCE_TYPES, read_jsonl
+from spark_udf.sources import (
+    EVENT_COLUMN,
+    SOURCE_TYPES,
+    STREAM_URL_SCHEMES,
+    JsonLinesIndex,
+    check_server,
+    read_jsonl,
+    read_redis,
+    split_stream_url,
+)
 
 __all__ = ["RunSummary", "lines_read", "main", "run_spark"]
 
@@ -54,6 +75,16 @@ class RunSummary:
     skipped:
         Declarations of the program that the Spark engine did not run (none for a program
         of rules, queries and metrics).
+    resumed_after:
+        The checkpoint's last committed micro-batch when the run started (``None``: a new
+        checkpoint).
+    flushed_after:
+        The micro-batch whose state this run's end-of-input flush ran on (its rows are in
+        ``part-<id>-end.*`` and counted in ``matches``/``dead_letters``), or ``None``: no
+        flush (``--follow``, stopped, nothing committed, no keyed processor, or an earlier run
+        flushed that same state).
+    flush_s:
+        Wall time of the flush.
     """
 
     batches: int
@@ -66,6 +97,9 @@ class RunSummary:
     last_batch_id: int | None
     checkpoint: str
     skipped: tuple[str, ...] = ()
+    resumed_after: int | None = None
+    flushed_after: int | None = None
+    flush_s: float = 0.0
 
     @property
     def events_per_second(self) -> float:
@@ -84,10 +118,12 @@ def _specs(program: Any, lateness_ms: int | None) -> tuple[list[ProcessorSpec], 
 
 
 class _StopSignal:
-    """SIGINT/SIGTERM set a flag the polling loop reads, instead of raising inside py4j."""
+    """SIGINT/SIGTERM set a flag the polling loop reads, instead of raising inside py4j; a
+    second signal asks to stop at once rather than after the running micro-batch."""
 
-    def __init__(self) -> None:
-        self.event = threading.Event()
+    def __init__(self, event: threading.Event | None = None) -> None:
+        self.event = event if event is not None else threading.Event()
+        self.signals = 0
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _StopSignal:
@@ -97,6 +133,7 @@ class _StopSignal:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        self.signals += 1
         self.event.set()
 
     def __exit__(self, *exc: object) -> None:
@@ -123,26 +160,33 @@ def run_spark(
     spark: Any = None,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     end_of_input: bool = True,
+    stop: threading.Event | None = None,
 ) -> RunSummary:
-    """Run a program's rules, queries and metrics over a JSON-lines file or directory with
-    Spark.
+    """Run a program's rules, queries and metrics over a JSON-lines file or directory, or a
+    Redis Stream, with Spark.
 
     Parameters
     ----------
     program:
         Rule file path, DSL text, parsed module(s), or :class:`ProcessorSpec`\\ (s).
     events_path:
-        A JSON-lines file or a directory of them (read in name order); ``_seq`` of an event
-        is its line number across the input, as in the embedded engine.
+        A JSON-lines file or a directory of them (read in name order; ``_seq`` of an event
+        is its line number across the input, as in the embedded engine), or a Redis Stream
+        ``redis://HOST:PORT[/DB]/KEY`` (``rediss://`` with TLS; ``_seq`` counts entries).
     out, dead_letter:
         Directories for match files and dead-letter files (one file per micro-batch,
         idempotent by batch id).
     checkpoint:
         Spark checkpoint directory (default ``<out>/_checkpoint``); rerunning with the same one
-        continues after the last committed micro-batch.
+        continues after the last committed micro-batch, over whatever the input gained since
+        (new files sorting after the last one read, lines appended to it, new stream entries).
+        A rerun that cannot reuse the state (another ``buckets``, other keyed rules or
+        metrics, an input changed behind what was read) raises
+        :class:`~spark_udf.errors.CheckpointError` before starting.
     available_now:
         Process what is there now, in micro-batches of ``max_records_per_batch``, then stop
-        (finite input). ``False`` keeps polling every ``trigger_interval`` until SIGINT/SIGTERM.
+        (finite input). ``False`` keeps polling every ``trigger_interval`` until SIGINT/SIGTERM
+        (or ``stop``).
     buckets:
         Hash buckets of the operator (fixed for the life of a checkpoint).
     fmt:
@@ -154,14 +198,22 @@ def run_spark(
     lateness_ms:
         Overrides every stream's lateness.
     spark:
-        An existing SparkSession (default: :func:`spark_udf.session` with ``master``).
+        An existing SparkSession, or a function making one, called once the checkpoint is
+        found fit to continue (default: :func:`spark_udf.session` with ``master``).
     on_progress:
         Called with each micro-batch's Spark progress report (a dict), plus ``eventRows``
-        (events read, each counted once) and ``endOfInput`` (the batch read the end mark).
+        (events read, each counted once) and ``endOfInput`` (the batch read the end mark);
+        after the end-of-input flush with ``{"batchId", "endOfInput": True, "flush": True,
+        "matches", "durationMs"}``.
     end_of_input:
-        With ``available_now``, end the input with the end-of-input mark (see
-        :func:`spark_udf.read_jsonl`): the run then reports what the embedded engine reports
-        for the same file, including matches and windows that only the end of input closes.
+        With ``available_now``, end the run with the end-of-input flush (:mod:`spark_udf.flush`):
+        the run then reports what the embedded engine reports for the same input, including
+        matches and windows that only the end of input closes. The flush reads the
+        checkpoint's state and leaves it as it was, so a rerun over a grown input continues
+        from the state before the flush.
+    stop:
+        Setting this event stops the query after its current micro-batch, as SIGINT/SIGTERM
+        do (for a run in another thread).
 
     Returns
     -------
@@ -188,25 +240,53 @@ def run_spark(
     [('big', {'card_id': 'c1'})]
     >>> shutil.rmtree(work)
     """
-    if not os.path.exists(events_path):
+    from_redis = events_path.startswith(STREAM_URL_SCHEMES)
+    if from_redis:
+        server_url, stream_key = split_stream_url(events_path)
+        check_server(server_url)
+    elif not os.path.exists(events_path):
         raise OperatorConfigError(f"events path {events_path!r} does not exist")
     specs, skipped = _specs(program, lateness_ms)
     checkpoint = checkpoint or os.path.join(out, "_checkpoint")
-    spark = spark if spark is not None else session(master)
-    reading = {"max_records_per_batch": max_records_per_batch,
-               "end_of_input": available_now and end_of_input}
-    events = read_jsonl(spark, events_path, **reading)
+    # What the checkpoint holds must fit this run: checked before a JVM starts.
+    layout = StateLayout.of(specs, buckets, "redis" if from_redis else "jsonl")
+    index = None if from_redis else JsonLinesIndex(events_path)
+    committed = last_committed(checkpoint)
+    record = read_record(checkpoint)
+    check_resumable(checkpoint, layout, committed, record,
+                    None if index is None else index.counts())
+    if spark is None:
+        spark = session(master)
+    elif callable(spark):
+        spark = spark()
     plan = route_specs(SOURCE_TYPES, specs, json_col=EVENT_COLUMN, stream=stream,
                        buckets=buckets) if specs else None
+    finite = available_now and end_of_input
+    # The end of a finite input is flushed beside the checkpoint (spark_udf.flush), which keeps
+    # the state before it; a plan the flush cannot read (no route plan) ends its input with the
+    # end-of-input mark instead, which finishes the checkpoint.
+    in_stream_mark = finite and plan is None and specs and not from_redis
+
+    def read(**route: Any) -> Any:
+        if from_redis:
+            return read_redis(spark, stream_key, url=server_url,
+                              max_records_per_batch=max_records_per_batch)
+        return read_jsonl(spark, events_path, max_records_per_batch=max_records_per_batch,
+                          end_of_input=bool(in_stream_mark), **route)
+
+    events = read()
+    inputs: list[Any] = []  # the frames the plan reads (Spark keeps an offset for each)
     if plan is not None:
-        # Every rule set and metric in one stateful operator, fed by a source that routes
-        # its own rows (spark_udf.routing): the events never cross into the JVM as rows.
-        outputs = detect_plan(read_jsonl(spark, events_path, route=plan, **reading), plan)
+        # Every rule set and metric in one stateful operator. A JSON-lines source routes its
+        # own rows (spark_udf.routing): the events never cross into the JVM as rows.
+        inputs.append(events if from_redis else read(route=plan))
+        outputs = detect_plan(inputs[-1], plan)
+    elif specs:
+        inputs.append(events)
+        outputs = detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream,
+                               buckets=buckets)
     else:
-        outputs = (
-            detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream, buckets=buckets)
-            if specs else None
-        )
+        outputs = None
     if not isinstance(program, ProcessorSpec | Sequence) or isinstance(program, str) or (
         isinstance(program, Sequence) and not all(isinstance(p, ProcessorSpec) for p in program)
     ):
@@ -218,10 +298,21 @@ def run_spark(
         )
         if queries is not None:
             outputs = queries if outputs is None else outputs.unionByName(queries)
+            inputs.append(events)
             run_here = set(query_names(program))  # once: the condition is read per name
             skipped = [name for name in skipped if name not in run_here]
     if outputs is None:
         raise OperatorConfigError("the program declares nothing the Spark engine runs")
+
+    layout = replace(layout, sources=len({id(frame) for frame in inputs}))
+    check_resumable(checkpoint, layout, committed, record)
+    if committed is None or record is not None:
+        # A new checkpoint takes this layout; a recorded one was just found the same. (One
+        # written before checkpoints kept a record gets it after a run that worked.)
+        record = RunRecord(layout, record.files if record else (),
+                           record.flushed_batch if record else None)
+        write_record(checkpoint, record)
+
     sink = BatchSink(out, dead_letter, fmt=fmt, on_matches=on_matches)
     writer = outputs.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = (
@@ -233,13 +324,13 @@ def run_spark(
     seen: set[int] = set()
     input_rows = 0
     stopped = False
-    with _StopSignal() as stop:
+    with _StopSignal(stop) as signals:
         query = writer.start()
         try:
             while query.isActive:
-                if stop.event.is_set():
+                if signals.event.is_set():
                     stopped = True
-                    query.stop()
+                    _stop_after_batch(query, signals)
                     break
                 query.awaitTermination(0.25)
                 input_rows += _new_progress(query, seen, on_progress)
@@ -249,7 +340,26 @@ def run_spark(
     input_rows += _new_progress(query, seen, on_progress)
     error = query.exception()
     if error is not None and not stopped:
-        raise SparkOperatorError(f"the streaming query failed: {error}")
+        raise bucket_error(error) or SparkOperatorError(f"the streaming query failed: {error}")
+    duration = time.monotonic() - started
+
+    last = last_committed(checkpoint)
+    flushed_after, flush_s = None, 0.0
+    flushed_batch = record.flushed_batch if record else None
+    if finite and not stopped and plan is not None and last is not None:
+        if flushed_batch != last.batch_id:
+            began = time.monotonic()
+            rows = end_of_input_rows(spark, checkpoint, plan)
+            flushed = sink.write_end(rows, last.batch_id)
+            flush_s = time.monotonic() - began
+            flushed_after = flushed_batch = last.batch_id
+            if on_progress is not None:
+                on_progress({"batchId": last.batch_id, "endOfInput": True, "flush": True,
+                             "eventRows": 0, "matches": flushed,
+                             "durationMs": {"triggerExecution": int(flush_s * 1000)}})
+    if last is not None:
+        read_files = () if index is None else files_read(index.counts(), last.lines or 0)
+        write_record(checkpoint, RunRecord(layout, read_files, flushed_batch))
     counters = sink.counters
     return RunSummary(
         batches=counters.batches,
@@ -257,12 +367,37 @@ def run_spark(
         matches=counters.matches,
         dead_letters=counters.dead_letters,
         late=counters.late,
-        duration_s=time.monotonic() - started,
+        duration_s=duration + flush_s,
         stopped_by_signal=stopped,
         last_batch_id=counters.last_batch_id,
         checkpoint=checkpoint,
         skipped=tuple(skipped),
+        resumed_after=None if committed is None else committed.batch_id,
+        flushed_after=flushed_after,
+        flush_s=flush_s,
     )
+
+
+_STOP_WAIT_S = 300.0
+
+
+def _stop_after_batch(query: Any, signals: _StopSignal) -> None:
+    """Stop ``query`` once the micro-batch running when asked has committed (a second signal,
+    or waiting longer than ``_STOP_WAIT_S``, stops it at once: the batch is then replayed by
+    the next run). A batch that starts meanwhile is interrupted, and replayed likewise."""
+    deadline = time.monotonic() + _STOP_WAIT_S
+    running = _last_batch(query)
+    while (
+        query.isActive and signals.signals < 2 and time.monotonic() < deadline
+        and query.status.get("isTriggerActive") and _last_batch(query) == running
+    ):
+        query.awaitTermination(0.1)
+    query.stop()
+
+
+def _last_batch(query: Any) -> int | None:
+    progress = query.lastProgress
+    return None if progress is None else progress.get("batchId")
 
 
 def _new_progress(
@@ -273,7 +408,9 @@ def _new_progress(
     rows = 0
     for progress in query.recentProgress:
         batch = progress["batchId"]
-        if batch in seen:
+        if batch in seen or "addBatch" not in (progress.get("durationMs") or {}):
+            # An idle trigger's report (no new input, no timer due) names the next batch id
+            # but ran no batch.
             continue
         seen.add(batch)
         # Every branch of the plan reads the input (and a routed source reports blobs, not
@@ -287,12 +424,14 @@ def _new_progress(
 
 
 def lines_read(progress: dict[str, Any]) -> int:
-    """Input lines a micro-batch read: the largest line range over its sources."""
+    """Input lines (or Redis Stream entries) a micro-batch read: the largest range over its
+    sources."""
     lines = 0
     for source in progress.get("sources") or ():
         start, end = (_offset(source.get(k)) for k in ("startOffset", "endOffset"))
-        if "line" in end:
-            lines = max(lines, int(end["line"]) - int(start.get("line", 0)))
+        for position in ("line", "seq"):
+            if position in end:
+                lines = max(lines, int(end[position]) - int(start.get(position, 0)))
     return lines
 
 
@@ -333,7 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--program", nargs="+", help="rule files")
     source.add_argument("--processor", help="module:callable returning a ProcessorSpec")
-    parser.add_argument("--events", required=True, help="JSON-lines file or directory")
+    parser.add_argument("--events", required=True,
+                        help="JSON-lines file or directory, or redis://HOST:PORT[/DB]/KEY")
     parser.add_argument("--out", required=True)
     parser.add_argument("--dead-letter")
     parser.add_argument("--checkpoint")

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from spark_udf.errors import OperatorConfigError, SinkError
 from spark_udf.records import DEAD_LETTER
 
-__all__ = ["FORMATS", "BatchSink", "SinkCounters", "read_outputs"]
+__all__ = ["END_TAG", "FORMATS", "BatchSink", "SinkCounters", "read_outputs"]
 
 FORMATS = ("jsonl", "parquet")
 """Output file formats: ``jsonl`` writes each match object (the embedded engine's output
@@ -29,7 +29,8 @@ MatchHook = Callable[[int, list[dict[str, Any]]], None]
 
 @dataclass
 class SinkCounters:
-    """Running totals over the batches a sink wrote (in this process)."""
+    """Running totals over the micro-batches (and end-of-input flushes) a sink wrote in this
+    process."""
 
     batches: int = 0
     matches: int = 0
@@ -38,8 +39,15 @@ class SinkCounters:
     last_batch_id: int | None = None
 
 
-def _part_name(batch_id: int, fmt: str) -> str:
-    return f"part-{batch_id:012d}.{fmt}"
+END_TAG = "end"
+"""Tag of the files holding the end-of-input flush that followed a micro-batch
+(``part-<batch id>-end.<fmt>``, see :mod:`spark_udf.flush`): named after the last micro-batch
+whose state it flushed, so a rerun that flushes the same state overwrites it, and never a
+micro-batch's own name."""
+
+
+def _part_name(batch_id: int, fmt: str, tag: str = "") -> str:
+    return f"part-{batch_id:012d}{'-' + tag if tag else ''}.{fmt}"
 
 
 def _write_atomic(directory: str, name: str, write: Callable[[str], None]) -> None:
@@ -57,8 +65,10 @@ def _write_atomic(directory: str, name: str, write: Callable[[str], None]) -> No
         raise
 
 
-def _write_rows(directory: str, batch_id: int, rows: pd.DataFrame, fmt: str) -> None:
-    name = _part_name(batch_id, fmt)
+def _write_rows(
+    directory: str, batch_id: int, rows: pd.DataFrame, fmt: str, tag: str = ""
+) -> None:
+    name = _part_name(batch_id, fmt, tag)
     path = os.path.join(directory, name)
     if rows.empty:
         # A replay that produces nothing must not leave an earlier attempt's file behind.
@@ -145,40 +155,56 @@ class BatchSink:
 
     def write_batch(self, frame: pd.DataFrame, batch_id: int) -> None:
         """Write an already collected batch of output rows."""
+        self._write(frame, batch_id, "")
+        self.counters.batches += 1
+        self.counters.last_batch_id = batch_id
+
+    def write_end(self, frame: pd.DataFrame, batch_id: int) -> int:
+        """Write the rows of the end-of-input flush that follows micro-batch ``batch_id``
+        (files ``part-<batch id>-end.*``, replaced when the same state is flushed again);
+        returns the number of matches. ``on_matches`` gets them with ``batch_id``."""
+        return self._write(frame, batch_id, END_TAG)
+
+    def _write(self, frame: pd.DataFrame, batch_id: int, tag: str) -> int:
         frame = frame.sort_values(["kind", "name", "match_id"], kind="stable")
         is_dead = frame["kind"] == DEAD_LETTER
         matches = frame[~is_dead]
         # Every processor reading a stream reports its bad events; a dead letter's id is a
         # hash of its content, so the copies of one are one row.
         dead = frame[is_dead].drop_duplicates("match_id")
-        _write_rows(self.out, batch_id, matches, self.fmt)
+        _write_rows(self.out, batch_id, matches, self.fmt, tag)
         if self.dead_letter is not None:
-            _write_rows(self.dead_letter, batch_id, dead, self.fmt)
+            _write_rows(self.dead_letter, batch_id, dead, self.fmt, tag)
         counters = self.counters
-        counters.batches += 1
         counters.matches += len(matches)
         counters.dead_letters += len(dead)
         counters.late += int((dead["name"] == "late").sum())
-        counters.last_batch_id = batch_id
         if self.on_matches is not None and len(matches):
             self.on_matches(batch_id, [json.loads(p) for p in matches["payload"]])
+        return len(matches)
 
 
-def _part_files(directory: str) -> Iterator[str]:
+def _part_files(directory: str, *, flushes: bool = True) -> Iterator[str]:
     if not os.path.isdir(directory):
         return
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("part-") and not name.endswith(".tmp"):
-            yield os.path.join(directory, name)
+    names = [
+        n for n in os.listdir(directory)
+        if n.startswith("part-") and not n.endswith(".tmp")
+        and (flushes or not n.partition(".")[0].endswith(f"-{END_TAG}"))
+    ]
+    # By the name before its extension: a micro-batch's file, then the flush that followed it.
+    for name in sorted(names, key=lambda n: n.partition(".")[0]):
+        yield os.path.join(directory, name)
 
 
-def read_outputs(directory: str) -> list[dict[str, Any]]:
-    """Every object a :class:`BatchSink` wrote to ``directory``, in batch order.
+def read_outputs(directory: str, *, flushes: bool = True) -> list[dict[str, Any]]:
+    """Every object a :class:`BatchSink` wrote to ``directory``, in batch order, each
+    end-of-input flush after the micro-batch it followed (``flushes=False`` leaves them out).
 
     ``jsonl`` files give the match objects; ``parquet`` files give the operator's rows.
     """
     rows: list[dict[str, Any]] = []
-    for path in _part_files(directory):
+    for path in _part_files(directory, flushes=flushes):
         if path.endswith(".jsonl"):
             with open(path, encoding="utf-8") as handle:
                 rows.extend(json.loads(line) for line in handle if line.strip())

@@ -405,7 +405,7 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
             _write(sys.stdout, matches)
             sys.stdout.flush()
 
-    from spark_udf.errors import CheckpointError, OperatorConfigError, SourceError
+    from spark_udf.errors import OperatorConfigError, SourceError
     from spark_udf.run import run_spark
 
     names = [*engine.rules, *engine.standing]

@@ -16,16 +16,24 @@ from spark_udf.sources.readers import (
     read_socket,
     register_sources,
 )
-from spark_udf.sources.redis_stream import RedisStreamSource, redis_client
+from spark_udf.sources.redis_stream import (
+    STREAM_URL_SCHEMES,
+    RedisStreamSource,
+    check_server,
+    redis_client,
+    split_stream_url,
+)
 from spark_udf.sources.rows import EVENT_COLUMN, SOURCE_SCHEMA, SOURCE_TYPES
 
 __all__ = [
     "EVENT_COLUMN",
     "SOURCE_SCHEMA",
     "SOURCE_TYPES",
+    "STREAM_URL_SCHEMES",
     "JsonLinesIndex",
     "JsonLinesSource",
     "RedisStreamSource",
+    "check_server",
     "read_files",
     "read_jsonl",
     "read_rate_demo",
@@ -34,4 +42,5 @@ __all__ = [
     "read_socket",
     "redis_client",
     "register_sources",
+    "split_stream_url",
 ]

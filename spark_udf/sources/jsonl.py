@@ -104,6 +104,13 @@ class JsonLinesIndex:
             total += info.lines
         return total
 
+    def counts(self) -> list[tuple[str, int]]:
+        """Each input file's name (without its directory) and complete lines, in reading
+        order, after a :meth:`refresh`."""
+        self.refresh()
+        return [(os.path.basename(path), self._files[path].lines) for path in self.files()
+                if path in self._files]
+
     @staticmethod
     def _scan(path: str, info: _FileLines) -> None:
         assert info.checkpoints is not None

@@ -56,7 +56,8 @@ def read_jsonl(
     more row after the last line, the end-of-input mark, which moves the watermark past every
     event: the operator then flushes as the embedded engine does at the end of a file (pending
     absences fire, open windows close). A checkpoint that has read the mark is finished: later
-    lines of the same input would all be late.
+    lines of the same input would all be late. (:func:`spark_udf.run.run_spark` therefore
+    flushes beside its checkpoint instead, see :mod:`spark_udf.flush`.)
 
     Examples
     --------

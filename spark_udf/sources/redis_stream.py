@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow as pa
 import redis
@@ -24,7 +25,14 @@ from cep.events.limits import INVALID_UTF8_MARK, decode_line, shown_line
 from spark_udf.errors import OperatorConfigError, RedisSourceError
 from spark_udf.sources.rows import SOURCE_SCHEMA, positive_int, source_batch
 
-__all__ = ["RedisStreamSource", "StreamRange", "redis_client"]
+__all__ = [
+    "STREAM_URL_SCHEMES",
+    "RedisStreamSource",
+    "StreamRange",
+    "check_server",
+    "redis_client",
+    "split_stream_url",
+]
 
 _DEFAULT_MAX_RECORDS = 10_000
 _ENTRIES_PER_READ = 10_000
@@ -52,6 +60,46 @@ def redis_client(
     if url:
         return redis.Redis.from_url(url, **timeouts)
     return redis.Redis(host=host, port=port, **timeouts)
+
+
+STREAM_URL_SCHEMES = ("redis://", "rediss://")
+"""Schemes of a stream URL (:func:`split_stream_url`)."""
+
+
+def split_stream_url(url: str) -> tuple[str, str]:
+    """The server URL and the stream key of ``redis://[user:password@]HOST:PORT[/DB]/KEY``
+    (``rediss://`` for TLS; a query string stays with the server).
+
+    Examples
+    --------
+    >>> split_stream_url("redis://127.0.0.1:6379/2/events")
+    ('redis://127.0.0.1:6379/2', 'events')
+    >>> split_stream_url("rediss://u:p@cache:6380/orders%2Feu?ssl_ca_certs=/ca.pem")
+    ('rediss://u:p@cache:6380?ssl_ca_certs=/ca.pem', 'orders/eu')
+    """
+    parts = urlsplit(url)
+    path = parts.path.lstrip("/")
+    database, _, key = path.partition("/")
+    if not key or not database.isdigit():
+        database, key = "", path
+    if not url.startswith(STREAM_URL_SCHEMES) or not key:
+        raise OperatorConfigError(
+            f"a Redis stream is redis://HOST:PORT[/DB]/KEY (rediss:// with TLS), got {url!r}"
+        )
+    server = urlunsplit((parts.scheme, parts.netloc, f"/{database}" if database else "",
+                         parts.query, parts.fragment))
+    return server, unquote(key)
+
+
+def check_server(url: str) -> None:
+    """Raise :class:`~spark_udf.errors.RedisSourceError` unless the server of ``url`` answers
+    ``PING``: a run says so before it starts Spark, not from inside a failed query."""
+    try:
+        with redis_client(url) as client:
+            client.ping()
+    except redis.RedisError as exc:
+        where = urlsplit(url).netloc.rpartition("@")[2]  # without user and password
+        raise RedisSourceError(f"Redis at {where}: {exc}") from exc
 
 
 def _parse_id(entry_id: str) -> tuple[int, int]:
