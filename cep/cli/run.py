@@ -74,9 +74,9 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--follow", action="store_true",
         help="never end: read a directory's new files as they appear (in name order), a "
-        "file's appended lines (surviving rotation, as tail -F), a Redis stream's new "
-        "entries; Ctrl-C or SIGTERM stops after the current batch, and a rerun with the same "
-        "--checkpoint continues",
+        "file's appended lines (the embedded engine also survives rotation, as tail -F; "
+        "Spark does not), a Redis stream's new entries; Ctrl-C or SIGTERM stops after the "
+        "current batch, and a rerun with the same --checkpoint continues",
     )
     parser.add_argument(
         "--engine", choices=["embedded", "spark"], default=None,
