@@ -12,21 +12,28 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cep.alerts import AlertConfigError
+from cep.service.activity import overview
+from cep.service.automaton import automaton_dot, automaton_svg
+from cep.service.console import console_file
 from cep.service.intake import parse_events
 from cep.service.problems import PROBLEM_JSON, Problem
 from cep.service.ratelimit import RateLimiter
 from cep.service.runner import RunnerStopped
 from cep.service.service import Service
 from cep.service.tokens import Principal, Scope
+from cep.service.trial import MAX_LAST, try_text
 
 __all__ = ["create_app"]
 
@@ -107,6 +114,7 @@ def create_app(service: Service) -> FastAPI:
                                                            "dead_letters"),
             "checkpoint_batch": runner.checkpointed_batch,
             "token": principal.name,
+            "scope": principal.scope.value,
         })
 
     # ------------------------------------------------------------------ standing queries
@@ -126,6 +134,34 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/queries/{name}/history", summary="Every version of a name: when, who, the text")
     async def query_history(name: str, principal: Reader) -> JSONResponse:
         return JSONResponse(await run_in_threadpool(named.history, name))
+
+    @app.get("/queries/{name}/automaton.dot", summary="A rule's compiled automaton as DOT",
+             response_class=Response)
+    async def automaton_as_dot(name: str, principal: Reader) -> Response:
+        text = await run_in_threadpool(_rule_dot, service, name)
+        return Response(text, media_type="text/vnd.graphviz; charset=utf-8")
+
+    @app.get("/queries/{name}/automaton.svg", summary="A rule's compiled automaton drawn as "
+             "SVG (Graphviz on the server; 503 without it)", response_class=Response)
+    async def automaton_as_svg(name: str, principal: Reader) -> Response:
+        text = await run_in_threadpool(_rule_dot, service, name)
+        svg = await run_in_threadpool(automaton_svg, text)
+        return Response(svg, media_type="image/svg+xml")
+
+    @app.get("/overview", summary="Every rule, query and metric with its streams, version, "
+             "severity, notify targets and matches in the last hour and day")
+    async def standing_overview(principal: Reader) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(_overview, service))
+
+    @app.post("/try", summary="Run DSL text over pasted or recent events without saving it: "
+              "its matches and, for a query, why each event matches")
+    async def try_it(request: Request, principal: Reader) -> JSONResponse:
+        spec = _trial_of(await body_of(request))
+        entries = await run_in_threadpool(service.registry.store.current)
+        answer = await run_in_threadpool(partial(
+            try_text, spec["text"], entries, service.recent, events=spec["events"],
+            stream=spec["stream"], last=spec["last"]))
+        return JSONResponse(answer)
 
     @app.put("/queries/{name}", summary="Create (201) or replace (200) a rule, query or metric",
              openapi_extra=_TEXT_BODY, status_code=201)
@@ -173,11 +209,49 @@ def create_app(service: Service) -> FastAPI:
         pieces = await run_in_threadpool(parse_events, body, stream)
         try:
             future = runner.submit(body, stream, pieces)
-            result = await asyncio.wrap_future(future)
         except RunnerStopped as exc:
             raise Problem(503, "The engine is not running", str(exc),
                           kind="engine-stopped") from None
+        batch = asyncio.wrap_future(future)
+        try:
+            # Shielded: a client that goes away does not take the batch's answer with it.
+            result = await asyncio.shield(batch)
+        except asyncio.CancelledError:
+            batch.add_done_callback(partial(_keep_recent_later, service, pieces, stream))
+            raise
+        except Exception as exc:
+            service.recent.lost_batch()  # the engine's positions after it are not known
+            if isinstance(exc, RunnerStopped):
+                raise Problem(503, "The engine is not running", str(exc),
+                              kind="engine-stopped") from None
+            raise
+        await run_in_threadpool(partial(service.recent.add, pieces, stream,
+                                        batch=result.batch, received=result.received))
         return JSONResponse(result.as_dict())
+
+    @app.get("/events/recent", summary="Events kept for the console: a stream's last ones, or "
+             "those at arrival positions (a rule match's `events`)")
+    async def recent_events(
+        principal: Reader,
+        stream: Annotated[str | None, Query(description="the last events of this stream")]
+        = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LAST)] = PAGE,
+        positions: Annotated[str | None, Query(description="comma-separated arrival "
+                                                           "positions")] = None,
+    ) -> JSONResponse:
+        if positions is not None:
+            wanted = _positions_of(positions)
+            found = service.recent.at(wanted)
+            return JSONResponse({
+                "events": [{"position": p, "stream": found[p][0], "event": found[p][1]}
+                           for p in wanted if p in found],
+                "missing": [p for p in wanted if p not in found],
+            })
+        if stream is None:
+            return JSONResponse({"streams": service.recent.streams()})
+        return JSONResponse({"events": [
+            {"position": position, "stream": stream, "event": event}
+            for _, position, event in service.recent.last(stream, limit)]})
 
     # ------------------------------------------------------------------ matches, dead letters
 
@@ -228,10 +302,113 @@ def create_app(service: Service) -> FastAPI:
     async def alerts(principal: Reader) -> JSONResponse:
         return JSONResponse(await run_in_threadpool(service.alerts.status))
 
+    @app.post("/alerts/replay", summary="Deliver again the delivered and failed alerts of an "
+              "endpoint (or every endpoint) created since a time")
+    async def replay_alerts(
+        principal: Writer,
+        endpoint: Annotated[str | None, Query(description="the webhook (default: every one)")]
+        = None,
+        since: Annotated[datetime | None, Query(description="ISO 8601 time with a zone "
+                                                            "(default: all)")] = None,
+    ) -> JSONResponse:
+        start = since if since is not None else datetime.fromtimestamp(0, UTC)
+        try:
+            count = await run_in_threadpool(service.alerts.outbox.replay, start, endpoint)
+        except AlertConfigError as exc:
+            kind = "not-found" if endpoint is not None and "no endpoint" in str(exc) else \
+                "bad-request"
+            raise Problem(404 if kind == "not-found" else 400, "Cannot replay", str(exc),
+                          kind=kind) from None
+        return JSONResponse({"endpoint": endpoint, "since": start.isoformat(),
+                             "replayed": count})
+
+    # ------------------------------------------------------------------ the console
+
+    @app.get("/", include_in_schema=False)
+    async def console_page() -> Response:
+        return _static("index.html")
+
+    @app.get("/console/{file}", include_in_schema=False)
+    async def console_asset(file: str) -> Response:
+        return _static(file)
+
     return app
 
 
 # ---------------------------------------------------------------------- pieces
+
+_CONSOLE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; "
+                   "img-src 'self' blob: data:; connect-src 'self'; form-action 'none'; "
+                   "frame-ancestors 'none'; base-uri 'none'")
+
+
+def _static(file: str) -> Response:
+    """A file of the console (package data; 404 for any other name)."""
+    found = console_file(file)
+    if found is None:
+        raise Problem(404, "Not found", f"the console has no file {file[:60]!r}")
+    data, media_type = found
+    return Response(data, media_type=media_type, headers={
+        "Content-Security-Policy": _CONSOLE_POLICY,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-cache",
+    })
+
+
+def _keep_recent_later(service: Service, pieces: list, stream: str | None,
+                       done: asyncio.Future) -> None:
+    """Keep the events of a batch whose client went away, once the engine fed it."""
+    if done.cancelled() or done.exception() is not None:
+        service.recent.lost_batch()
+        return
+    result = done.result()
+    asyncio.get_running_loop().run_in_executor(
+        None, partial(service.recent.add, pieces, stream, batch=result.batch,
+                      received=result.received))
+
+
+def _rule_dot(service: Service, name: str) -> str:
+    return automaton_dot(service.registry.program(), name)
+
+
+def _overview(service: Service) -> dict[str, Any]:
+    versions = {e.name: e.version for e in service.registry.store.current()
+                if e.space == "standing"}
+    answer = overview(service.registry.program(), versions, service.match_log.path)
+    answer["registry_version"] = service.registry.version
+    return answer
+
+
+def _positions_of(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or len(parts) > MAX_PAGE or not all(p.isdigit() for p in parts):
+        raise Problem(400, "Bad request", f"positions: up to {MAX_PAGE} whole numbers, "
+                      "comma-separated", kind="bad-request")
+    return [int(p) for p in parts]
+
+
+def _trial_of(body: bytes) -> dict[str, Any]:
+    """The JSON body of ``POST /try``: ``text``, and ``events`` (JSON lines) with ``stream``,
+    or ``last``."""
+    try:
+        spec = json.loads(body)
+    except ValueError as exc:
+        raise Problem(400, "Bad request", f"the body is not JSON: {exc}",
+                      kind="bad-request") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("text"), str):
+        raise Problem(400, "Bad request", 'the body is {"text": DSL, "events": JSON lines '
+                      '| null, "stream": NAME | null, "last": N}', kind="bad-request")
+    events, stream, last = spec.get("events"), spec.get("stream"), spec.get("last", 100)
+    if events is not None and not isinstance(events, str):
+        raise Problem(400, "Bad request", "events: JSON lines, as one string",
+                      kind="bad-request")
+    if stream is not None and not isinstance(stream, str):
+        raise Problem(400, "Bad request", "stream: a stream's name", kind="bad-request")
+    if isinstance(last, bool) or not isinstance(last, int) or not 0 <= last <= MAX_LAST:
+        raise Problem(400, "Bad request", f"last: a whole number from 0 to {MAX_LAST}",
+                      kind="bad-request")
+    return {"text": spec["text"], "events": events, "stream": stream, "last": last}
 
 
 def _authorize(needed: Scope):

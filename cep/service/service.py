@@ -15,6 +15,7 @@ from cep.service.alerting import ServiceAlerts
 from cep.service.matchlog import MatchLog
 from cep.service.named import NamedQueries
 from cep.service.ratelimit import RateLimiter
+from cep.service.recent import RECENT, RecentEvents
 from cep.service.runner import EngineRunner
 from cep.service.tokens import TokenStore
 
@@ -54,6 +55,9 @@ class ServiceConfig:
         How often the engine's state is saved (see :class:`~cep.service.runner.EngineRunner`).
     ping_s:
         Seconds between keep-alive comments of an idle Server-Sent Events stream.
+    recent:
+        Events kept per stream for the console (``POST /try``, ``GET /events/recent``; 0:
+        none).
     env:
         Where webhook secrets are read (default: the environment).
     make_engine:
@@ -69,6 +73,7 @@ class ServiceConfig:
     checkpoint_bytes: int = 64 << 20
     ping_s: float = 15.0
     poll_s: float = 1.0
+    recent: int = RECENT
     env: Mapping[str, str] | None = None
     make_engine: Callable[[], Engine] = field(default=Engine)
 
@@ -108,10 +113,14 @@ class Service:
         )
         self.named = NamedQueries(self.registry)
         self.limiter = RateLimiter(config.rate, config.burst)
+        self.recent = RecentEvents(config.recent)
         self.stopping = False
 
     def start(self) -> None:
         self.runner.start()
+        # Posted lines take the engine's next arrival positions from here on.
+        self.recent.start(position=self.runner.stats["events"],
+                          batch=self.runner.stats["batches"] + 1)
         log.info("vigil serve: registry %s at version %d; state in %s", self.registry.path,
                  self.runner.applied, self.config.state_dir)
 

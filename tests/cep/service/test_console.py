@@ -1,0 +1,273 @@
+"""The web console in a real browser: headless Chromium (Debian's ``chromium``, which
+``.ci/run`` installs) driven by Playwright, against a real ``vigil serve`` on a loopback port.
+One browser for the session, one service for the module, a fresh page per test; each scenario
+leaves a screenshot in its ``tmp_path``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from service_support import STREAM, LiveServer, lines, make_service, rule, txn
+
+from cep.alerts import WebhookReceiver, new_secret
+
+CHROMIUM = "/usr/bin/chromium"
+TIMEOUT_MS = 15_000
+NEWS = "stream news (title text, ts timestamp) time ts\n"
+
+
+def _unavailable(reason: str) -> None:
+    """As the ``unavailable`` fixture does, for the session's fixtures: fail under
+    ``CI=true``, where ``.ci/run`` installs Chromium; skip elsewhere."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: .ci/run provides it, so this is a failure)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator:
+    if not os.path.exists(CHROMIUM) and shutil.which("chromium") is None:
+        _unavailable("chromium is not installed (apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the playwright package is not installed (pip install -e '.[dev]')")
+    executable = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, headless=True,
+                                              args=["--no-sandbox", "--disable-gpu"])
+        yield launched
+        launched.close()
+
+
+class Console:
+    """The service under test: its URL, tokens, a client for the API, the webhook receiver."""
+
+    def __init__(self, server: LiveServer, write: str, read: str,
+                 receiver: WebhookReceiver) -> None:
+        self.server, self.url = server, server.url
+        self.write, self.read = write, read
+        self.receiver = receiver
+        self.api = httpx.Client(base_url=server.url, timeout=30,
+                                headers={"Authorization": f"Bearer {write}"})
+
+    def put(self, name: str, text: str) -> None:
+        answer = self.api.put(f"/queries/{name}", content=text, params={"wait": "true"})
+        assert answer.status_code in (200, 201), answer.text
+
+    def post(self, body: bytes) -> dict:
+        answer = self.api.post("/events", content=body)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory) -> Iterator[Console]:
+    secret = new_secret()
+    with WebhookReceiver(secret) as receiver:
+        service = make_service(tmp_path_factory.mktemp("console"), env={"OPS_SECRET": secret})
+        write = service.tokens.create("ana", "write")
+        read = service.tokens.create("bo", "read")
+        server = LiveServer(service)
+        running = Console(server, write, read, receiver)
+        try:
+            yield running
+        finally:
+            running.api.close()
+            server.stop()
+
+
+@pytest.fixture
+def page(browser, console) -> Iterator:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def on_console(message) -> None:
+        # Refusals the scenarios provoke (400, 401, 403) are logged by the browser; anything
+        # else, a Content-Security-Policy violation first of all, is a failure.
+        if message.type == "error" and "Failed to load resource" not in message.text:
+            errors.append(message.text)
+
+    opened.on("console", on_console)
+    yield opened
+    context.close()
+    assert errors == [], f"the page reported errors: {errors}"
+
+
+def sign_in(page, console: Console, token: str) -> None:
+    page.goto(console.url + "/")
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.locator("#app").wait_for(state="visible")
+
+
+def shot(page, tmp_path, name: str) -> None:
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 0
+
+
+def test_sign_in_with_a_token(page, console, tmp_path):
+    page.goto(console.url + "/")
+    page.get_by_label("API token").fill("vgl_not_a_token")
+    page.get_by_label("API token").press("Enter")  # the keyboard is enough
+    page.get_by_role("alert").filter(has_text="unknown or revoked").wait_for()
+    assert page.locator("#app").is_hidden()
+    sign_in(page, console, console.write)
+    assert page.locator("#who").inner_text().startswith("ana (write)")
+    assert page.evaluate("sessionStorage.getItem('vigil-token')") == console.write
+    page.reload()  # the tab keeps the token
+    page.locator("#app").wait_for(state="visible")
+    shot(page, tmp_path, "signed-in")
+    page.get_by_role("button", name="Sign out").click()
+    assert page.evaluate("sessionStorage.getItem('vigil-token')") is None
+
+
+def test_a_typo_is_shown_at_its_line_then_fixed_saved_and_diffed(page, console, tmp_path):
+    sign_in(page, console, console.write)
+    page.get_by_role("button", name="New").click()
+    page.get_by_label("Name").fill("spend")
+    editor = page.get_by_label("Definition")
+    editor.fill(STREAM + "rule spend from txn by card pattern b\n  define b as amout > 100\n")
+    problems = page.locator("#problems li")
+    problems.filter(has_text="line 3, column 15: undeclared field 'amout'").wait_for()
+    page.locator('#highlight .line-error[data-line="3"]').wait_for()
+    assert page.locator("#highlight .tok-keyword").first.inner_text() == "stream"
+    shot(page, tmp_path, "typo")
+
+    editor.fill(STREAM + "rule spend from txn by card pattern b\n  define b as amount > 100\n")
+    problems.filter(has_text="No problems.").wait_for()
+    assert page.locator("#highlight .line-error").count() == 0
+    page.get_by_role("button", name="Save").click()
+    page.locator("#save-result").filter(has_text="Saved spend: added, version").wait_for()
+    assert console.api.get("/queries/spend").json()["kind"] == "rule"
+
+    text = console.api.get("/queries/spend").json()["text"]
+    editor.fill(text.replace("amount > 100", "amount > 200"))
+    page.get_by_role("button", name="Save").click()
+    page.locator("#save-result").filter(has_text="Saved spend: replaced").wait_for()
+    page.get_by_role("button", name="History").click()
+    page.locator("#diff .del").filter(has_text="amount > 100").wait_for()
+    page.locator("#diff .add").filter(has_text="amount > 200").wait_for()
+    shot(page, tmp_path, "saved-and-diff")
+
+    page.get_by_role("tab", name="Standing queries").click()
+    row = page.locator('#query-table tbody tr[data-name="spend"]')
+    row.wait_for()
+    assert "rule" in row.inner_text() and "txn" in row.inner_text()
+
+
+def test_a_match_appears_live_and_expands(page, console, tmp_path):
+    console.put("big", STREAM + rule("big", "amount > 100"))
+    sign_in(page, console, console.write)
+    page.get_by_role("tab", name="Live matches").click()
+    page.locator('#live-state[data-connected="true"]').wait_for()
+    console.post(lines(txn("c9", 5000, 0), txn("c8", 1, 1)))
+    item = page.locator('#matches li[data-name="big"]').filter(has_text="c9")
+    item.wait_for()
+    item.locator("summary").click()
+    assert '"match_id"' in item.locator("pre").inner_text()
+    event = item.locator(".match-events li")  # the events of the match, by variable
+    event.filter(has_text='"amount":5000').wait_for()
+    assert event.inner_text().startswith("b #") and '"card":"c9"' in event.inner_text()
+    shot(page, tmp_path, "live")
+
+
+def test_the_table_filters_sorts_and_charts_a_metric(page, console, tmp_path):
+    console.put("big", STREAM + rule("big", "amount > 100"))
+    console.put("per_minute", "metric per_minute from txn window tumbling 1m "
+                              "select count() as n\n")
+    console.post(lines(*(txn("c1", 1, 600 + 20 * i) for i in range(12))))
+    sign_in(page, console, console.write)
+    names = page.locator("#query-table tbody tr td:first-child")
+    page.locator('#query-table tbody tr[data-name="per_minute"]').wait_for()
+    page.locator("#charts figure svg polyline").wait_for(state="attached")
+    assert "per_minute" in page.locator("#charts figcaption").first.inner_text()
+    page.locator("#query-table th[data-key=name] button").click()  # descending now
+    assert names.all_inner_texts() == sorted(names.all_inner_texts(), reverse=True)
+    page.get_by_label("Filter").fill("metric")
+    page.wait_for_function("document.querySelectorAll('#query-table tbody tr').length === 1")
+    assert names.all_inner_texts() == ["per_minute"]
+    shot(page, tmp_path, "table")
+    # The tabs follow the arrow keys.
+    page.get_by_role("tab", name="Standing queries").press("ArrowLeft")
+    assert page.get_by_role("tab", name="Alerts").get_attribute("aria-selected") == "true"
+    assert page.locator("#alerts").is_visible() and page.locator("#queries").is_hidden()
+
+
+def test_the_automaton_picture(page, console, tmp_path):
+    if shutil.which("dot") is None:
+        _unavailable("Graphviz's dot is not installed (apt-get install -y graphviz)")
+    console.put("big", STREAM + rule("big", "amount > 100"))
+    sign_in(page, console, console.write)
+    page.get_by_role("button", name="Edit big").click()
+    page.get_by_label("Name").wait_for()
+    page.wait_for_function("document.getElementById('source').value.includes('rule big')")
+    page.get_by_role("button", name="Automaton").click()
+    picture = page.get_by_role("img", name="The compiled automaton of rule big")
+    picture.wait_for()
+    page.wait_for_function("document.getElementById('automaton-img').naturalWidth > 0")
+    shot(page, tmp_path, "automaton")
+
+
+def test_try_a_query_on_a_pasted_document(page, console, tmp_path):
+    console.put("news", NEWS)
+    sign_in(page, console, console.write)
+    page.get_by_role("button", name="New").click()
+    page.get_by_label("Name").fill("acme")
+    page.get_by_label("Definition").fill("query acme from news match title:acme\n")
+    document = {"stream": "news", "title": "Big acme merger", "ts": 1767225600}
+    page.get_by_label("Events, one JSON object per line").fill(json.dumps(document))
+    page.get_by_role("button", name="Try", exact=True).click()
+    result = page.locator("#try-result")
+    result.get_by_text("1 match(es) over 1 pasted event(s)").wait_for()
+    assert result.locator("h3").inner_text() == "Query acme on event 1: matches"
+    assert result.locator(".doc mark").all_inner_texts() == ["acme"]
+    assert "found in title" in result.locator("pre").last.inner_text()
+    shot(page, tmp_path, "try")
+    # Nothing was saved.
+    assert console.api.get("/queries/acme").status_code == 404
+
+
+def test_alerts_per_endpoint_and_replay(page, console, tmp_path):
+    console.put("ops", f'webhook ops url "{console.receiver.url}" secret env OPS_SECRET\n')
+    console.put("big", STREAM + rule("big", "amount > 100", notify="ops"))
+    console.post(lines(txn("a1", 900, 3600)))
+    give_up = time.monotonic() + 20
+    while not console.receiver.webhook_ids and time.monotonic() < give_up:
+        time.sleep(0.05)
+    sign_in(page, console, console.write)
+    page.get_by_role("tab", name="Alerts").click()
+    row = page.locator("#alert-table tbody tr").filter(has_text="ops")
+    row.wait_for()
+    page.get_by_role("button", name="Replay the alerts of ops").click()
+    page.locator("#alert-result").filter(has_text="queued again").wait_for()
+    while console.receiver.duplicates < 1 and time.monotonic() < give_up:
+        time.sleep(0.05)
+    assert console.receiver.duplicates >= 1
+    shot(page, tmp_path, "alerts")
+
+
+def test_a_read_token_sees_but_cannot_save(page, console, tmp_path):
+    console.put("big", STREAM + rule("big", "amount > 100"))
+    sign_in(page, console, console.read)
+    assert page.locator("#who").inner_text().startswith("bo (read)")
+    page.locator('#query-table tbody tr[data-name="big"]').wait_for()
+    page.get_by_role("button", name="New").click()
+    page.get_by_label("Name").fill("sneaky")
+    page.get_by_label("Definition").fill(rule("sneaky", "amount > 1"))
+    page.locator("#problems li").filter(has_text="No problems.").wait_for()  # may check
+    page.get_by_role("button", name="Save").click()
+    page.locator("#save-result").filter(has_text="Not saved (403)").wait_for()
+    assert "scope read" in page.locator("#save-result").inner_text()
+    assert console.api.get("/queries/sneaky").status_code == 404
+    shot(page, tmp_path, "read-only")
