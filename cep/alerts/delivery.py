@@ -65,6 +65,12 @@ class LiveDelivery:
     def start(self) -> None:
         self._thread.start()
 
+    def retarget(self, dispatcher: Dispatcher) -> None:
+        """Deliver through ``dispatcher`` from the next pass on (a program change brought other
+        endpoints); the totals so far are kept."""
+        self._dispatcher = dispatcher
+        self._wake.set()
+
     def wake(self) -> None:
         """Say that a message was queued: the thread drains now rather than after its nap."""
         self._wake.set()

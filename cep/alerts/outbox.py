@@ -671,7 +671,18 @@ def _same_match(db: sqlite3.Connection, msg_id: str, endpoint: str, body: bytes)
         stored = json.loads(row[0])["data"]
     except (ValueError, TypeError, KeyError):  # not an envelope: it cannot be this match
         return False
-    return stored == json.loads(body)["data"]
+    return _what_matched(stored) == _what_matched(json.loads(body)["data"])
+
+
+ANNOTATIONS = ("registry_version",)
+"""Fields of a match that say under which program it ran, not what it matched: a match fed
+again after a restart, when the registry moved on, is the same match (a duplicate)."""
+
+
+def _what_matched(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: v for k, v in data.items() if k not in ANNOTATIONS}
+    return data
 
 
 def status(outbox: Outbox) -> dict[str, EndpointStatus]:

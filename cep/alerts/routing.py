@@ -141,6 +141,27 @@ class AlertSink:
             self.live.wake()
         return True
 
+    def reroute(self, program: Program, env: Mapping[str, str] | None = None) -> list[str]:
+        """Route by ``program`` from now on (a live change of the running program): its
+        webhooks and its declarations' ``notify`` and ``throttle``; a throttle whose interval
+        did not change keeps what it let through. Webhooks whose secret is not set are left
+        out as with ``unset_ok``; returns the messages of those newly left out.
+        """
+        unset: dict[str, str] = {}
+        endpoints = endpoints_from_program(program, env, unset=unset)
+        throttles: dict[str, Throttle] = {}
+        for name, decl in _standing(program).items():
+            if decl.notify and decl.throttle is not None:
+                kept = self.throttles.get(name)
+                same = kept is not None and kept.interval_ms == decl.throttle.ms
+                throttles[name] = kept if same else Throttle(decl.throttle.ms)
+        fresh = [message for name, message in unset.items() if name not in self.unset]
+        if endpoints != self.endpoints and self.live is not None:
+            self.live.retarget(Dispatcher(self.outbox, list(endpoints.values())))
+        self.program, self.endpoints, self.throttles = program, endpoints, throttles
+        self.unset = unset
+        return fresh
+
     def start_delivery(self) -> None:
         """Deliver from a background thread from now on, as matches are queued
         (:class:`~cep.alerts.delivery.LiveDelivery`); :meth:`drain` then stops it."""

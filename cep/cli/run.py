@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -37,6 +38,7 @@ from cep.engine.checkpoint import CheckpointStore
 from cep.errors import CheckpointError
 from cep.events.event import StreamSchema
 from cep.inputs import REDIS_SCHEMES, EventInput, InputReader, Piece, RedisInputError
+from cep.registry import Registry, RegistryFollower
 from query_lang.errors import VigilError
 from query_lang.loader import check_program
 
@@ -61,7 +63,16 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="run rules over JSON-lines events",
         description="Run the rules of rule files over events (JSON lines) and print matches.",
     )
-    parser.add_argument("files", nargs="+", help="rule files, directories or glob patterns")
+    parser.add_argument(
+        "files", nargs="*", help="rule files, directories or glob patterns (or --registry)"
+    )
+    parser.add_argument(
+        "--registry", metavar="PATH",
+        help="run the program of a registry (`vigil registry push`) instead of rule files; "
+        "with --engine embedded, each new registry version takes effect between two batches "
+        "of events, the unchanged rules, queries and metrics keeping their state, and every "
+        "match carries the registry_version it ran under",
+    )
     parser.add_argument(
         "--events",
         action="append",
@@ -172,19 +183,30 @@ def parse_event_specs(specs: Sequence[str], streams: Sequence[str]) -> list[Even
 def run(args: argparse.Namespace) -> int:
     """Execute ``vigil run`` with parsed arguments; returns the exit code."""
 
-    try:
-        paths = expand_rule_paths(args.files)
-    except UsageError as err:
-        print(f"vigil run: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    program, errors = check_program(paths)
-    if errors:
-        return _report_errors(errors)
-    engine = Engine(max_partials=args.max_partials)
-    try:
-        engine.register(program.modules)
-    except VigilError as err:
-        return _report_errors(getattr(err, "errors", None) or [err])
+    follower: RegistryFollower | None = None
+    if getattr(args, "registry", None):
+        try:
+            follower = _follow_registry(args)
+        except UsageError as err:
+            print(f"vigil run: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        except VigilError as err:
+            return _report_errors(getattr(err, "errors", None) or [err])
+        engine, program = follower.engine, follower.program
+    else:
+        try:
+            paths = expand_rule_paths(args.files)
+        except UsageError as err:
+            print(f"vigil run: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        program, errors = check_program(paths)
+        if errors:
+            return _report_errors(errors)
+        engine = Engine(max_partials=args.max_partials)
+        try:
+            engine.register(program.modules)
+        except VigilError as err:
+            return _report_errors(getattr(err, "errors", None) or [err])
     if not engine.rules and not engine.standing:
         print("vigil run: the rule files declare no rule, query or metric to run",
               file=sys.stderr)
@@ -207,6 +229,10 @@ def run(args: argparse.Namespace) -> int:
     append = args.checkpoint is not None
     try:
         out, close_out = _open_output(args.out, append)
+        if follower is not None and getattr(args, "follow", False):
+            print(f"vigil run: the Spark query runs registry version {follower.applied}; later "
+                  "versions take effect when the run is restarted (--engine embedded takes "
+                  "them while it runs)", file=sys.stderr)
         dead, close_dead = (_open_output(args.dead_letter, append) if args.dead_letter
                             else (None, False))
     except OSError as err:
@@ -234,10 +260,13 @@ def run(args: argparse.Namespace) -> int:
         with _stop_on_signals(reader, enabled=follow) as signalled:
             for step in reader:
                 _feed(engine, step.pieces)
-                _write(out, _alert(sink, engine.drain()))
+                _write(out, _alert(sink, _versioned(engine.drain(), follower)))
                 _write(dead, engine.drain_dead_letters())
                 if follow or checkpoints.enabled:  # written before a wait or a checkpoint
                     out.flush()
+                if follower is not None and _took_new_version(follower, checkpoints):
+                    engine = follower.engine
+                    sink = _rerouted(sink, args, follower.program)
                     if dead is not None:
                         dead.flush()
                 checkpoints.step(step.cursor)
@@ -249,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoints.save()
         if not stopped:
             engine.close()
-            _write(out, _alert(sink, engine.drain()))
+            _write(out, _alert(sink, _versioned(engine.drain(), follower)))
             _write(dead, engine.drain_dead_letters())
     except (OSError, RedisInputError) as err:
         print(f"vigil run: {err}", file=sys.stderr)
@@ -268,6 +297,8 @@ def run(args: argparse.Namespace) -> int:
     if stopped:
         resume = ("rerun the same command to continue" if checkpoints.enabled else
                   "nothing was checkpointed (run with --checkpoint DIR to be able to continue)")
+    if follower is not None:
+        follower.registry.close()
         print(f"vigil run: stopped; {resume}", file=sys.stderr)
         return EXIT_STOPPED
     return EXIT_OK
@@ -335,6 +366,76 @@ def _stop_on_signals(reader: InputReader, *, enabled: bool) -> Iterator[list[int
     """While a followed run reads, SIGINT and SIGTERM stop it after the step being fed (the
     list yielded gets the signal's number); the handlers before are restored after."""
     received: list[int] = []
+def _follow_registry(args: argparse.Namespace) -> RegistryFollower:
+    """The engine of ``--registry PATH``, at the registry's newest version.
+
+    Raises
+    ------
+    UsageError
+        When rule files are given too, or the registry is missing or empty.
+    """
+    path = args.registry
+    if args.files:
+        raise UsageError("give rule files or --registry, not both")
+    if not os.path.isfile(path):
+        raise UsageError(f"no registry at {path} (`vigil registry push FILES --registry "
+                         f"{path}` makes one)")
+    registry = Registry(path)
+    if registry.version == 0:
+        registry.close()
+        raise UsageError(f"the registry {path} holds nothing yet (`vigil registry push FILES "
+                         f"--registry {path}`)")
+    consumer = (f"vigil run {os.path.abspath(args.checkpoint)}" if args.checkpoint else
+                f"vigil run pid {os.getpid()} on {socket.gethostname()}")
+    follower = RegistryFollower(
+        registry, lambda: Engine(max_partials=args.max_partials), consumer=consumer
+    )
+    print(f"vigil run: registry {path} at version {follower.applied}", file=sys.stderr)
+    return follower
+
+
+def _took_new_version(follower: RegistryFollower, checkpoints: _Checkpoints) -> bool:
+    """Between two batches: take the registry's newest version, if any; True when the
+    program changed (the engine may be another object: the caller takes
+    ``follower.engine``)."""
+    try:
+        applied = follower.poll()
+    except Exception:
+        print(f"vigil run: registry {follower.apply_error}: not applied; the run goes on "
+              f"with version {follower.applied}", file=sys.stderr)
+        checkpoints.engine = follower.engine
+        return True
+    if applied is None:
+        return False
+    checkpoints.engine = follower.engine
+    print(f"vigil run: registry version {applied.version} in effect after "
+          f"{applied.seconds * 1000:.1f} ms ({applied.describe()})", file=sys.stderr)
+    return True
+
+
+def _rerouted(sink: AlertSink | None, args: argparse.Namespace, program: Any) -> AlertSink | None:
+    """The alert sink for a changed program: the same outbox, routed by its webhooks and
+    ``notify``; opened when the first rule that notifies comes in."""
+    if getattr(args, "no_alerts", False):
+        return None
+    if sink is None:
+        return _alert_sink(args, program, "embedded") if _notifying(program) else None
+    for message in sink.reroute(program):
+        print(f"vigil run: warning: {message}: its alerts will not be delivered",
+              file=sys.stderr)
+    return sink
+
+
+def _versioned(
+    matches: list[dict[str, Any]], follower: RegistryFollower | None
+) -> list[dict[str, Any]]:
+    """Each match with the registry version the engine ran when it was produced."""
+    if follower is not None:
+        for match in matches:
+            match["registry_version"] = follower.applied
+    return matches
+
+
     if not enabled:
         yield received
         return
@@ -521,11 +622,7 @@ def _alert_sink(args: argparse.Namespace, program: Any, engine_name: str) -> Ale
     AlertError
         When a webhook cannot be set up (a secret not set).
     """
-    notifying = sorted(
-        name
-        for name, decl in {**program.rules, **program.queries, **program.metrics}.items()
-        if decl.notify
-    )
+    notifying = _notifying(program)
     if getattr(args, "no_alerts", False):
         if notifying:
             print(
@@ -557,6 +654,15 @@ def _named(names: Sequence[str]) -> str:
         return "none notify"
     shown = ", ".join(names[:3])
     return shown if len(names) <= 3 else f"{shown} and {len(names) - 3} more"
+def _notifying(program: Any) -> list[str]:
+    """The names of the rules, queries and metrics that have ``notify``."""
+    return sorted(
+        name
+        for name, decl in {**program.rules, **program.queries, **program.metrics}.items()
+        if decl.notify
+    )
+
+
 
 
 def _alert(sink: Any, matches: list[dict[str, Any]]) -> list[dict[str, Any]]:

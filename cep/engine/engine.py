@@ -149,7 +149,9 @@ class Engine:
         self.lateness_ms = lateness_ms
         self._compile_rule = compile_rule
         self._runtime = runtime
-        self._declarations: list[ast.Declaration] = []
+        # By (kind, name): a program's declarations in registration order, one removed in
+        # constant time (an engine may hold thousands of standing queries).
+        self._declarations: dict[tuple[type, str], ast.Declaration] = {}
         self._streams: dict[str, ast.StreamDecl] = {}
         self._schemas: dict[str, StreamSchema] = {}
         self._lists: dict[str, Any] = {}
@@ -199,7 +201,7 @@ class Engine:
     @property
     def declarations(self) -> list[ast.Declaration]:
         """Every registered declaration (streams, lists, webhooks, rules, queries, metrics)."""
-        return list(self._declarations)
+        return list(self._declarations.values())
 
     @property
     def standing(self) -> list[str]:
@@ -231,7 +233,7 @@ class Engine:
             When the text does not parse or check, a list file cannot be read, or a rule with
             the same name is already registered.
         """
-        new_decls = load_declarations(source, self._declarations)
+        new_decls = load_declarations(source, list(self._declarations.values()))
         streams, lists = add_declarations(
             new_decls, self._streams, self._lists, {*self._rules, *self._standing.names}
         )
@@ -241,7 +243,7 @@ class Engine:
         standing = self._standing.compile(standing_here, streams, lists)
 
         # Nothing can fail past this point: commit the registration.
-        self._declarations.extend(new_decls)
+        self._declarations.update((_declared_as(d), d) for d in new_decls)
         self._streams = streams
         self._lists = lists
         for decl in new_decls:
@@ -267,18 +269,14 @@ class Engine:
         """Remove a rule, query or metric and its state; the others keep theirs."""
         if name in self._standing:
             self._standing.remove(name)
-            self._declarations = [
-                d for d in self._declarations
-                if not (isinstance(d, ast.QueryDecl | ast.MetricDecl) and d.name == name)
-            ]
+            self._declarations.pop((ast.QueryDecl, name), None)
+            self._declarations.pop((ast.MetricDecl, name), None)
             return
         rule = self.rule(name)
         del self._rules[name]
         del self._rule_decls[name]
         del self._slot_of[name]
-        self._declarations = [
-            d for d in self._declarations if not (isinstance(d, ast.RuleDecl) and d.name == name)
-        ]
+        self._declarations.pop((ast.RuleDecl, name), None)
         signature = key_signature(rule)
         group = self._groups.get(signature)
         if group is not None:
@@ -821,3 +819,8 @@ class Engine:
 
 def _emission_order(match: dict[str, Any]) -> tuple:
     return (match.get("end", ""), match.get("start", ""), match.get("name", ""))
+
+
+def _declared_as(decl: ast.Declaration) -> tuple[type, str]:
+    """The key of a declaration among a program's: its kind and name (unique together)."""
+    return type(decl), getattr(decl, "name", None) or str(id(decl))

@@ -12,13 +12,13 @@ Streams, lists and webhooks that are only added are registered in place.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cep.engine import Engine
-from cep.registry import Entry
+from cep.registry.store import Entry
 
-__all__ = ["ProgramChange", "apply_change", "build_engine", "diff_entries"]
+__all__ = ["ProgramChange", "apply_change", "build_engine", "diff_entries", "written_change"]
 
 STANDING = "standing"
 
@@ -71,6 +71,34 @@ def diff_entries(before: Sequence[Entry], after: Sequence[Entry]) -> ProgramChan
         elif was.text != entry.text or was.kind != entry.kind:
             change.replaced.append(entry)
     change.removed.extend(e for key, e in old.items() if key not in new)
+    return change
+
+
+def written_change(
+    before: Mapping[tuple[str, str], Entry], written: Sequence[Entry]
+) -> ProgramChange:
+    """What the entries ``written`` by later versions change of the program ``before`` (by
+    space and name): the cost of the change, not of the program (see
+    :meth:`~cep.registry.store.RegistryStore.written`).
+
+    Examples
+    --------
+    >>> a = Entry("standing", "big", "rule", 1, "rule big ...")
+    >>> gone = Entry("standing", "big", "rule", 2, None)
+    >>> new = Entry("standing", "new", "rule", 2, "rule new ...")
+    >>> written_change({("standing", "big"): a}, [gone, new]).names()
+    {'added': ['new'], 'replaced': [], 'removed': ['big']}
+    """
+    change = ProgramChange()
+    for entry in written:
+        was = before.get((entry.space, entry.name))
+        if entry.text is None:
+            if was is not None:
+                change.removed.append(was)
+        elif was is None:
+            change.added.append(entry)
+        elif was.text != entry.text or was.kind != entry.kind:
+            change.replaced.append(entry)
     return change
 
 

@@ -147,6 +147,22 @@ class RegistryStore:
         )
         return [Entry(r[0], r[1], r[2], r[3], r[4]) for r in rows if r[4] is not None]
 
+    def written(self, since: int, upto: int) -> list[Entry]:
+        """What the versions after ``since`` up to ``upto`` wrote: the newest entry of each
+        declaration they touched (a removal has ``text`` ``None``), oldest first — what turns
+        the program at ``since`` into the program at ``upto`` without reading the whole."""
+        rows = self._query(
+            """
+            SELECT e.space, e.name, e.kind, e.version, e.text FROM entries e
+            WHERE e.version > ? AND e.version <= ?
+              AND e.version = (SELECT max(version) FROM entries g
+                                WHERE g.space = e.space AND g.name = e.name AND g.version <= ?)
+            ORDER BY e.version, e.space, e.name
+            """,
+            (int(since), int(upto), int(upto)),
+        )
+        return [Entry(*r) for r in rows]
+
     def history(self, name: str) -> list[tuple[Entry, Change]]:
         """Every entry written under ``name`` (any space), oldest first, with its change."""
         rows = self._query(

@@ -3,7 +3,7 @@ posted batches, applies each new registry version between batches, and makes eve
 matches durable before its ``POST`` is answered.
 
 Each turn of the thread takes the batches waiting (up to :data:`GROUP`), applies the newest
-registry version if it changed (:mod:`cep.service.changes`), feeds the batches, queues their
+registry version if it changed (:mod:`cep.registry.follower`), feeds the batches, queues their
 alerts in the outbox, and writes their matches, dead letters and events to the match log in one
 transaction (:class:`~cep.service.matchlog.MatchLog`); only then are the requests answered.
 
@@ -30,9 +30,8 @@ from typing import Any
 
 from cep.engine import CheckpointStore, Engine
 from cep.inputs import EventBatch, Piece
-from cep.registry import Entry, Registry
+from cep.registry import AppliedVersion, Registry, RegistryFollower
 from cep.service.alerting import ServiceAlerts
-from cep.service.changes import apply_change, build_engine, diff_entries
 from cep.service.intake import parse_events
 from cep.service.matchlog import BatchRecord, MatchLog
 from query_lang import Program, ast
@@ -129,15 +128,11 @@ class EngineRunner:
         self.checkpoint_bytes = checkpoint_bytes
         self.poll_s = poll_s
         self.engine: Engine = make_engine()
-        self.applied = 0
-        self.applied_at: float | None = None
-        self.apply_error: str | None = None
+        self.follower: RegistryFollower | None = None  # made by _recover, in the thread
         self.failure: BaseException | None = None
         self.stats: dict[str, Any] = {}
         self.checkpointed_batch = 0
         self.replayed = 0
-        self._entries: list[Entry] = []
-        self._failed_version = 0
         self._batch = 0
         self._pending_bytes = 0
         self._last_checkpoint = time.monotonic()
@@ -296,38 +291,37 @@ class EngineRunner:
 
     # ------------------------------------------------------------------ registry versions
 
+    @property
+    def applied(self) -> int:
+        """The registry version the engine runs."""
+        return self.follower.applied if self.follower is not None else 0
+
+    @property
+    def applied_at(self) -> float | None:
+        return self.follower.applied_at if self.follower is not None else None
+
+    @property
+    def apply_error(self) -> str | None:
+        """Why the newest registry version is not in effect, if it failed to apply."""
+        return self.follower.apply_error if self.follower is not None else None
+
     def _sync(self) -> None:
         """Apply the registry's newest version if the engine runs another."""
         version = self.registry.version
-        if version == self.applied or version == self._failed_version:
+        if version in (self.applied, self.follower.failed_version):
             return
-        started = time.perf_counter()
-        try:
-            change = self._apply(version)
-        except Exception as exc:
-            self._failed_version = version
-            self.apply_error = f"version {version}: {exc}"
-            raise
-        self.apply_error = None
-        self.registry.store.mark_applied(CONSUMER, version)
-        self.applied_at = time.time()
+        applied = self._apply(version)
         log.info("vigil serve: registry version %d in effect in %.1f ms (%s)", version,
-                 (time.perf_counter() - started) * 1000, _describe(change.names()))
+                 applied.seconds * 1000, applied.describe())
 
-    def _apply(self, version: int):
-        after = self.registry.store.current(version)
-        change = diff_entries(self._entries, after)
+    def _apply(self, version: int) -> AppliedVersion:
         try:
-            self.engine = apply_change(self.engine, change, after, self.make_engine)
-        except Exception:
-            # Back to the program it ran, whatever the failed change left of it.
-            self.engine = build_engine(self._entries, self.make_engine, previous=self.engine)
-            raise
-        self._entries = after
-        self.applied = version
-        if not change.empty:
+            applied = self.follower.apply(version)
+        finally:  # on a failure, the engine of the version it ran before
+            self.engine = self.follower.engine
+        if not applied.change.empty:
             self.alerts.update(_program_of(self.engine))
-        return change
+        return applied
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -357,11 +351,11 @@ class EngineRunner:
         if saved is not None:
             batch = int(saved.cursor["batch"])
             version = int(saved.cursor["registry_version"])
-        self._entries = self.registry.store.current(version) if version else []
-        self.engine = build_engine(self._entries, self.make_engine)
+        self.follower = RegistryFollower(self.registry, self.make_engine, consumer=CONSUMER,
+                                         version=version)
+        self.engine = self.follower.engine
         if saved is not None:
             self.engine.restore(saved.state)
-        self.applied = version
         self.checkpointed_batch = batch
         for record in self.match_log.batches(after=batch):
             if record.registry_version != self.applied:
@@ -400,10 +394,4 @@ def _feed(engine: Engine, pieces: list[Piece]) -> None:
 
 def _program_of(engine: Engine) -> Program:
     return Program([ast.Module(tuple(engine.declarations))])
-
-
-def _describe(names: dict[str, list[str]]) -> str:
-    parts = [f"{k}: {', '.join(v[:5])}{' ...' if len(v) > 5 else ''}"
-             for k, v in names.items() if v]
-    return "; ".join(parts) or "no change to the program"
 

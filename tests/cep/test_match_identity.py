@@ -127,6 +127,17 @@ def test_the_outbox_keeps_a_different_match_under_a_used_id(tmp_path) -> None:
     assert (status.duplicates, status.conflicts) == (2, 1)
 
 
+def test_a_match_fed_again_under_a_newer_registry_version_is_a_duplicate(tmp_path) -> None:
+    """A followed run restarted from its checkpoint after the registry moved on feeds the
+    events after the checkpoint again: their matches carry another registry_version but are
+    the same matches, and alert nobody twice."""
+    ops = Endpoint("ops", "https://hooks.example.com/in", (new_secret(),))
+    with Outbox(tmp_path / "o.sqlite") as outbox:
+        assert outbox.enqueue({**_match("a"), "registry_version": 3}, [ops]) == 1
+        assert outbox.enqueue({**_match("a"), "registry_version": 4}, [ops]) == 0
+        assert outbox.conflicts == 0 and len(outbox.messages()) == 1
+
+
 def test_a_conflict_is_reported_by_vigil_run_and_alerts_status(tmp_path, monkeypatch,
                                                                 capsys) -> None:
     secret = new_secret()
