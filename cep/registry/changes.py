@@ -16,11 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cep.engine import Engine
-from cep.registry.store import Entry
+from cep.registry.store import STANDING, Entry
 
 __all__ = ["ProgramChange", "apply_change", "build_engine", "diff_entries", "written_change"]
-
-STANDING = "standing"
 
 
 @dataclass(frozen=True)

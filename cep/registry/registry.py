@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import getpass
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cep.engine.validation import compile_errors
-from cep.registry.store import Entry, RegistryStore
+from cep.registry.store import STANDING, Entry, RegistryStore
 from query_lang import Program, VigilError, ast, check_program
 from query_lang.errors import IncludeError, VigilSyntaxError
 from query_lang.includes import read_list_file
@@ -31,9 +31,9 @@ _KINDS: dict[type, tuple[str, str]] = {
     ast.StreamDecl: ("stream", "stream"),
     ast.ListDecl: ("list", "list"),
     ast.WebhookDecl: ("webhook", "webhook"),
-    ast.RuleDecl: ("standing", "rule"),
-    ast.QueryDecl: ("standing", "query"),
-    ast.MetricDecl: ("standing", "metric"),
+    ast.RuleDecl: (STANDING, "rule"),
+    ast.QueryDecl: (STANDING, "query"),
+    ast.MetricDecl: (STANDING, "metric"),
 }
 
 
@@ -151,6 +151,11 @@ class Registry:
                 incoming[(space, decl.name)] = Entry(space, decl.name, kind, 0, _canonical(decl))
         current = {(e.space, e.name): e for e in self.store.current()}
         rest = [e for key, e in current.items() if key not in incoming]
+        if not _changes_shared(incoming.values(), current):
+            # Only rules, queries and metrics change, and none of them reads another: they are
+            # checked and compiled with the streams, lists and webhooks, not with the thousands
+            # of others (whose names they replace, being in one name space).
+            rest = [e for e in rest if e.space != STANDING]
         version = self.version
         program, errors = check_program(
             list(paths), text=_joined(e.text for e in rest) or None,
@@ -199,12 +204,14 @@ class Registry:
         gone = {(e.space, e.name) for n in names for e in by_name[n]}
         rest = [e for e in current if (e.space, e.name) not in gone]
         version = self.version
-        program, errors = check_program(
-            text=_joined(e.text for e in rest), text_path=f"<registry v{version}>"
-        )
-        errors = errors or compile_errors(program)
-        if errors:
-            raise ChangeRefused(errors)
+        if any(space != STANDING for space, _ in gone):
+            # Nothing reads a rule, query or metric; a stream, list or webhook may be read.
+            program, errors = check_program(
+                text=_joined(e.text for e in rest), text_path=f"<registry v{version}>"
+            )
+            errors = errors or compile_errors(program)
+            if errors:
+                raise ChangeRefused(errors)
         result = ChangeResult(None, removed=[name for _, name in sorted(gone)])
         if not dry_run:
             removals = [Entry(e.space, e.name, e.kind, 0, None) for e in current
@@ -220,18 +227,28 @@ class Registry:
         directory back changes nothing. Returns the paths written."""
         os.makedirs(directory, exist_ok=True)
         entries = self.store.current(version)
-        shared = [e for e in entries if e.space != "standing"]
+        shared = [e for e in entries if e.space != STANDING]
         written = [os.path.join(directory, "declarations.vigil")]
         with open(written[0], "w", encoding="utf-8") as handle:
             handle.write(_joined(e.text for e in shared))
         for entry in entries:
-            if entry.space != "standing":
+            if entry.space != STANDING:
                 continue
             path = os.path.join(directory, f"{entry.name}.vigil")
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(_joined(['include "declarations.vigil"', entry.text]))
             written.append(path)
         return written
+
+
+def _changes_shared(incoming: Iterable[Entry], current: dict[tuple[str, str], Entry]) -> bool:
+    """Whether ``incoming`` adds or changes a stream, list or webhook of ``current``."""
+    for entry in incoming:
+        if entry.space != STANDING:
+            before = current.get((entry.space, entry.name))
+            if before is None or before.text != entry.text:
+                return True
+    return False
 
 
 def _canonical(decl: ast.Declaration) -> str:

@@ -22,9 +22,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["Change", "Entry", "RegistryError", "RegistryStore", "SCHEMA_VERSION"]
+__all__ = ["STANDING", "Change", "Entry", "RegistryError", "RegistryStore", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
+
+STANDING = "standing"
+"""The name space rules, queries and metrics share (streams, lists and webhooks have one each)."""
 
 _SCHEMA = """
 CREATE TABLE changes (

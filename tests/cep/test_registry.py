@@ -186,3 +186,33 @@ def test_a_follower_reads_only_what_changed_and_runs_what_a_fresh_build_runs(fil
                 assert sorted(map(repr, follower.engine.declarations)) == sorted(
                     map(repr, fresh.declarations))
         assert registry.store.applied()["test"][0] == follower.applied
+
+
+def test_a_stream_change_is_checked_against_every_rule_a_rule_change_only_against_streams(
+    files, monkeypatch
+):
+    with Registry(files / "r.sqlite") as registry:
+        registry.push([str(files / "streams.vigil"), str(files / "rules.vigil")])
+        narrower = files / "narrower.vigil"
+        narrower.write_text("stream txn (card_id string, merchant string, ts timestamp) time ts\n")
+        with pytest.raises(ChangeRefused, match="undeclared field 'amount'"):
+            registry.push([str(narrower)])  # `big` and `spend` read the amount
+
+        # A rule pushed alone is checked with the streams, lists and webhooks only: the text
+        # checked does not hold the other rules (with thousands registered, it costs the one).
+        import cep.registry.registry as module
+
+        checked: list[str] = []
+        real = module.check_program
+
+        def spy(*args, **kwargs):
+            checked.append(kwargs.get("text") or "")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "check_program", spy)
+        rule = files / "new.vigil"
+        rule.write_text('include "streams.vigil"\n'
+                        "rule small from txn by card_id pattern s define s as amount < 1\n")
+        assert registry.push([str(rule)]).added == ["small"]
+        assert len(checked) == 2 and all("rule big" not in text for text in checked)
+        assert sorted(registry.program().rules) == ["big", "small"]
