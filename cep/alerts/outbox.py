@@ -331,40 +331,77 @@ class Outbox:
         InvalidMatchError
             If the match has no usable ``match_id`` or is not JSON-serialisable.
         """
-        msg_id = checked_match_id(match)
-        for endpoint in endpoints:
-            if not isinstance(endpoint, Endpoint):
-                raise AlertConfigError(f"expected Endpoint, got {type(endpoint).__name__}")
+        return self.enqueue_many([(match, endpoints)], event_type=event_type)
+
+    def enqueue_many(
+        self,
+        items: Sequence[tuple[dict[str, Any], Sequence[Endpoint]]],
+        *,
+        event_type: str = MATCH_EVENT_TYPE,
+    ) -> int:
+        """Durably store each ``(match, endpoints)`` of ``items`` as :meth:`enqueue` does, all
+        in one transaction (one write to disk for a batch's alerts, not one an alert); return
+        how many were new.
+
+        Raises
+        ------
+        InvalidMatchError
+            If a match has no usable ``match_id`` or is not JSON-serialisable (nothing of
+            ``items`` is stored then).
+        """
         now = self._clock.now()
-        body = envelope_body(match, event_type=event_type, created_at=now)
+        prepared = []
+        for match, endpoints in items:
+            msg_id = checked_match_id(match)
+            for endpoint in endpoints:
+                if not isinstance(endpoint, Endpoint):
+                    raise AlertConfigError(f"expected Endpoint, got {type(endpoint).__name__}")
+            body = envelope_body(match, event_type=event_type, created_at=now)
+            prepared.append((msg_id, body, endpoints))
+        if not prepared:
+            return 0
         stored = 0
         with self._transaction() as db:
-            for endpoint in endpoints:
-                db.execute(
-                    "INSERT INTO endpoints (name, url) VALUES (?, ?)"
-                    " ON CONFLICT (name) DO UPDATE SET url = excluded.url",
-                    (endpoint.name, endpoint.masked_url),
-                )
-                disabled = db.execute(
-                    "SELECT disabled_at IS NOT NULL FROM endpoints WHERE name = ?",
-                    (endpoint.name,),
-                ).fetchone()[0]
-                state = DeliveryState.DISABLED if disabled else DeliveryState.PENDING
-                row = (endpoint.name, event_type, body, state.value, now)
-                if _insert(db, msg_id, *row):
-                    stored += 1
-                    continue
-                conflict = not _same_match(db, msg_id, endpoint.name, body) and _insert(
-                    db, f"{msg_id}.{_digest(json.loads(body)['data'])}", *row
-                )
-                column = "conflicts" if conflict else "duplicates"
-                db.execute(
-                    f"UPDATE endpoints SET {column} = {column} + 1 WHERE name = ?",
-                    (endpoint.name,),
-                )
-                if conflict:
-                    stored += 1
-                    self.conflicts += 1
+            for msg_id, body, endpoints in prepared:
+                stored += self._store(db, msg_id, body, endpoints, event_type, now)
+        return stored
+
+    def _store(
+        self,
+        db: sqlite3.Connection,
+        msg_id: str,
+        body: bytes,
+        endpoints: Sequence[Endpoint],
+        event_type: str,
+        now: float,
+    ) -> int:
+        stored = 0
+        for endpoint in endpoints:
+            db.execute(
+                "INSERT INTO endpoints (name, url) VALUES (?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET url = excluded.url",
+                (endpoint.name, endpoint.masked_url),
+            )
+            disabled = db.execute(
+                "SELECT disabled_at IS NOT NULL FROM endpoints WHERE name = ?",
+                (endpoint.name,),
+            ).fetchone()[0]
+            state = DeliveryState.DISABLED if disabled else DeliveryState.PENDING
+            row = (endpoint.name, event_type, body, state.value, now)
+            if _insert(db, msg_id, *row):
+                stored += 1
+                continue
+            conflict = not _same_match(db, msg_id, endpoint.name, body) and _insert(
+                db, f"{msg_id}.{_digest(json.loads(body)['data'])}", *row
+            )
+            column = "conflicts" if conflict else "duplicates"
+            db.execute(
+                f"UPDATE endpoints SET {column} = {column} + 1 WHERE name = ?",
+                (endpoint.name,),
+            )
+            if conflict:
+                stored += 1
+                self.conflicts += 1
         return stored
 
     def record_attempt(

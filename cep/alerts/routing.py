@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from query_lang import Program, ast
@@ -125,21 +125,37 @@ class AlertSink:
     def submit(self, match: dict) -> bool:
         """Enqueue ``match`` for its declaration's webhooks; False when nobody is notified or
         the throttle held it back."""
+        return self.submit_many([match]) == 1
+
+    def submit_many(self, matches: Sequence[dict]) -> int:
+        """Enqueue each match of ``matches`` as :meth:`submit` does, in one outbox transaction
+        (a batch's alerts cost one write to disk); returns how many were for someone."""
+        items = []
+        for match in matches:
+            targets = self._targets(match)
+            if targets is not None:
+                items.append((match, targets))
+        if not items:
+            return 0
+        self.enqueued += self.outbox.enqueue_many(items)
+        if self.live is not None:
+            self.live.wake()
+        return len(items)
+
+    def _targets(self, match: dict) -> list[Endpoint] | None:
+        """The endpoints ``match`` goes to (``None`` when nobody is notified or the throttle
+        holds it back)."""
         decl = _standing(self.program).get(match.get("name", ""))
         if decl is None or not decl.notify:
-            return False
+            return None
         throttle = self.throttles.get(decl.name)
         if throttle is not None:
             key = json.dumps(match.get("key", {}), sort_keys=True, default=str)
             if not throttle.allow(decl.name, key, _time_ms(match.get("end"))):
                 self.throttled += 1
-                return False
-        targets = [self.endpoints[n] for n in decl.notify if n in self.endpoints]
+                return None
         self.unsent += sum(1 for n in decl.notify if n in self.unset)
-        self.enqueued += self.outbox.enqueue(match, targets)
-        if self.live is not None:
-            self.live.wake()
-        return True
+        return [self.endpoints[n] for n in decl.notify if n in self.endpoints]
 
     def reroute(self, program: Program, env: Mapping[str, str] | None = None) -> list[str]:
         """Route by ``program`` from now on (a live change of the running program): its

@@ -224,15 +224,15 @@ def run(args: argparse.Namespace) -> int:
               "`notify`; --no-alerts runs without them)", file=sys.stderr)
         return EXIT_ERRORS
     if engine_name == "spark":
+        if follower is not None and getattr(args, "follow", False):
+            print(f"vigil run: the Spark query runs registry version {follower.applied}; later "
+                  "versions take effect when the run is restarted (--engine embedded takes "
+                  "them while it runs)", file=sys.stderr)
         return _run_spark(args, program, engine, inputs, sink)
     # A run that continues from a checkpoint appends to what the runs before it wrote.
     append = args.checkpoint is not None
     try:
         out, close_out = _open_output(args.out, append)
-        if follower is not None and getattr(args, "follow", False):
-            print(f"vigil run: the Spark query runs registry version {follower.applied}; later "
-                  "versions take effect when the run is restarted (--engine embedded takes "
-                  "them while it runs)", file=sys.stderr)
         dead, close_dead = (_open_output(args.dead_letter, append) if args.dead_letter
                             else (None, False))
     except OSError as err:
@@ -259,14 +259,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _stop_on_signals(reader, enabled=follow) as signalled:
             for step in reader:
+                if follower is not None and _took_new_version(follower, checkpoints):
+                    engine = follower.engine
+                    sink = _rerouted(sink, args, follower.program)
                 _feed(engine, step.pieces)
                 _write(out, _alert(sink, _versioned(engine.drain(), follower)))
                 _write(dead, engine.drain_dead_letters())
                 if follow or checkpoints.enabled:  # written before a wait or a checkpoint
                     out.flush()
-                if follower is not None and _took_new_version(follower, checkpoints):
-                    engine = follower.engine
-                    sink = _rerouted(sink, args, follower.program)
                     if dead is not None:
                         dead.flush()
                 checkpoints.step(step.cursor)
@@ -292,13 +292,13 @@ def run(args: argparse.Namespace) -> int:
         if dead is not None and close_dead:
             dead.close()
     _summary(engine, time.perf_counter() - started, dead_letter_path=args.dead_letter)
+    if follower is not None:
+        follower.registry.close()
     if sink is not None:
         _deliver(sink, args.delivery_deadline)
     if stopped:
         resume = ("rerun the same command to continue" if checkpoints.enabled else
                   "nothing was checkpointed (run with --checkpoint DIR to be able to continue)")
-    if follower is not None:
-        follower.registry.close()
         print(f"vigil run: stopped; {resume}", file=sys.stderr)
         return EXIT_STOPPED
     return EXIT_OK
@@ -361,11 +361,6 @@ class _Checkpoints:
             self._saved_at = time.monotonic()
 
 
-@contextmanager
-def _stop_on_signals(reader: InputReader, *, enabled: bool) -> Iterator[list[int]]:
-    """While a followed run reads, SIGINT and SIGTERM stop it after the step being fed (the
-    list yielded gets the signal's number); the handlers before are restored after."""
-    received: list[int] = []
 def _follow_registry(args: argparse.Namespace) -> RegistryFollower:
     """The engine of ``--registry PATH``, at the registry's newest version.
 
@@ -436,6 +431,11 @@ def _versioned(
     return matches
 
 
+@contextmanager
+def _stop_on_signals(reader: InputReader, *, enabled: bool) -> Iterator[list[int]]:
+    """While a followed run reads, SIGINT and SIGTERM stop it after the step being fed (the
+    list yielded gets the signal's number); the handlers before are restored after."""
+    received: list[int] = []
     if not enabled:
         yield received
         return
@@ -648,12 +648,6 @@ def _alert_sink(args: argparse.Namespace, program: Any, engine_name: str) -> Ale
     return sink
 
 
-def _named(names: Sequence[str]) -> str:
-    """``a, b`` or ``a, b, c and 9 more``: names in a message that stays one line."""
-    if not names:
-        return "none notify"
-    shown = ", ".join(names[:3])
-    return shown if len(names) <= 3 else f"{shown} and {len(names) - 3} more"
 def _notifying(program: Any) -> list[str]:
     """The names of the rules, queries and metrics that have ``notify``."""
     return sorted(
@@ -663,13 +657,18 @@ def _notifying(program: Any) -> list[str]:
     )
 
 
+def _named(names: Sequence[str]) -> str:
+    """``a, b`` or ``a, b, c and 9 more``: names in a message that stays one line."""
+    if not names:
+        return "none notify"
+    shown = ", ".join(names[:3])
+    return shown if len(names) <= 3 else f"{shown} and {len(names) - 3} more"
 
 
 def _alert(sink: Any, matches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Put matches that notify someone in the outbox (durably) before they are written."""
     if sink is not None:
-        for match in matches:
-            sink.submit(match)
+        sink.submit_many(matches)
     return matches
 
 

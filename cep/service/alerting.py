@@ -86,9 +86,7 @@ class ServiceAlerts:
         """Queue the alerts of ``matches`` (durably, before returning)."""
         if self._sink is None or not self._notifying:
             return
-        for match in matches:
-            if match.get("name") in self._notifying:
-                self._sink.submit(match)
+        self._sink.submit_many([m for m in matches if m.get("name") in self._notifying])
 
     def status(self) -> dict[str, Any]:
         """Per endpoint: messages pending, delivered, failed, disabled; the breaker's state;

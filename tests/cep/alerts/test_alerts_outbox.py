@@ -57,6 +57,19 @@ def test_enqueue_is_idempotent_per_match_and_endpoint(outbox: Outbox) -> None:
     assert counts["sec"].pending == 1 and counts["sec"].duplicates == 1
 
 
+def test_enqueue_many_is_one_transaction_with_the_same_outcomes(outbox: Outbox) -> None:
+    """A batch's alerts in one write: each pair counted as enqueue counts it, and a batch
+    with an unusable match stores nothing of itself."""
+    batch = [(make_match(1), [OPS, SEC]), (make_match(2), [OPS]), (make_match(1), [OPS])]
+    assert outbox.enqueue_many(batch) == 3  # the repeat of match 1 for ops is a duplicate
+    assert outbox.enqueue_many(batch) == 0
+    with pytest.raises(InvalidMatchError):
+        outbox.enqueue_many([(make_match(3), [OPS]), ({"name": "no id"}, [OPS])])
+    assert [m.msg_id for m in outbox.messages("ops")] == ["card_testing-0001",
+                                                         "card_testing-0002"]
+    assert status(outbox)["ops"].duplicates == 4  # one in the first batch, three again
+
+
 def test_enqueue_after_delivery_is_still_a_duplicate(outbox: Outbox) -> None:
     outbox.enqueue(make_match(1), [OPS])
     _finish(outbox, "card_testing-0001", "ops", Outcome.DELIVERED)
