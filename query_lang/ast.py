@@ -494,6 +494,20 @@ class Include(Node):
     span: Span = _span()
 
 
+#: Kinds of the extra time fields ``time ts sent F received F`` names (device clock correction).
+TIME_SOURCE_KINDS = ("sent", "received")
+
+
+@dataclass(frozen=True)
+class TimeSource(Node):
+    """``sent F`` or ``received F`` after ``time ts``: a field holding when the event was sent
+    (by the device's clock) or received (by the server's), to correct the device's clock."""
+
+    kind: str
+    field: str
+    span: Span = _span()
+
+
 @dataclass(frozen=True)
 class StreamDecl(Node):
     name: str
@@ -505,12 +519,36 @@ class StreamDecl(Node):
     # How far an event time may run ahead of the wall clock; None: the engine's default.
     ahead: Duration | None = None
     span: Span = _span()
+    # ``sent``/``received`` fields of the time option, in the order written.
+    time_sources: tuple[TimeSource, ...] = ()
 
     def field_type(self, name: str) -> str | None:
         for f in self.fields:
             if f.name == name:
                 return f.type
         return None
+
+    def time_source(self, kind: str) -> str | None:
+        """The field named ``kind`` (``sent`` or ``received``) after ``time``, or None."""
+        for source in self.time_sources:
+            if source.kind == kind:
+                return source.field
+        return None
+
+    @property
+    def device_time_field(self) -> str | None:
+        """Where a clock-corrected stream keeps the device's own reading of the event time
+        (``<time field>_device``); None without ``sent`` and ``received``.
+
+        Examples
+        --------
+        >>> StreamDecl("s", (), time_field="ts", time_sources=(
+        ...     TimeSource("sent", "a"), TimeSource("received", "b"))).device_time_field
+        'ts_device'
+        """
+        if self.time_field is None or not self.time_sources:
+            return None
+        return f"{self.time_field}_device"
 
 
 @dataclass(frozen=True)

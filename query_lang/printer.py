@@ -138,6 +138,11 @@ def _stream(s: ast.StreamDecl) -> list[_Line]:
         tail += f" time {s.time_field}"
         if s.time_unit:
             tail += f" unit {s.time_unit}"
+        kinds = ast.TIME_SOURCE_KINDS
+        ordered = sorted(
+            s.time_sources, key=lambda t: kinds.index(t.kind) if t.kind in kinds else len(kinds)
+        )
+        tail += "".join(f" {t.kind} {t.field}" for t in ordered)
     if s.lateness is not None:
         tail += f" lateness {print_duration(s.lateness)}"
     if s.ahead is not None:

@@ -12,6 +12,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cep.events.clock import DeviceClock
 from cep.events.time_bounds import (
     DEFAULT_AHEAD_MS,
     EARLIEST_MS,
@@ -34,6 +35,7 @@ __all__ = [
     "DetectPlan",
     "ahead_of",
     "check_reserved",
+    "clock_of",
     "column_types",
     "json_route",
     "prepare_input",
@@ -169,6 +171,30 @@ def ahead_of(processor: object) -> dict[str, int]:
     return {
         name: int(schema.ahead_ms) for name, schema in schemas.items()
         if isinstance(getattr(schema, "ahead_ms", None), int)
+    }
+
+
+def clock_of(processor: object) -> dict[str, DeviceClock]:
+    """Each clock-corrected stream's :class:`~cep.events.clock.DeviceClock`, as the
+    processor's stream schemas hold them (none for a processor without schemas).
+
+    Examples
+    --------
+    >>> from spark_udf.rules import processor_specs
+    >>> (spec,), _ = processor_specs('''
+    ... stream app (user string, ts timestamp, s timestamp, r timestamp)
+    ...   time ts sent s received r
+    ... rule r from app by user pattern a define a as user == "x"
+    ... ''')
+    >>> clock_of(spec.processor)
+    {'app': DeviceClock(sent_field='s', received_field='r', device_field='ts_device')}
+    """
+    schemas = getattr(processor, "schemas", None)
+    if not isinstance(schemas, Mapping):
+        return {}
+    return {
+        name: schema.clock for name, schema in schemas.items()
+        if isinstance(getattr(schema, "clock", None), DeviceClock)
     }
 
 
@@ -364,11 +390,14 @@ def json_route(
     stream: str | None,
     buckets: int,
     ahead_ms: AheadMs = DEFAULT_AHEAD_MS,
+    clocks: Mapping[str, DeviceClock] | None = None,
 ) -> JsonRoute | None:
     """How to route rows of a frame with these columns whose stream, key and time all come
     from the JSON text column, or ``None`` when some come from the frame's own columns (Spark
     expressions then compute them, see :func:`prepare_input`); ``ahead_ms`` bounds each
-    stream's times as :func:`prepare_input`'s does."""
+    stream's times as :func:`prepare_input`'s does; ``clocks`` names the streams whose times
+    are corrected for their device's clock (:mod:`cep.events.clock`), as their processor's
+    events are."""
     if json_col is None or json_col not in columns:
         return None
 
@@ -388,19 +417,21 @@ def json_route(
             if keys is None or times is None:
                 return None
             keys = (keys,) if isinstance(keys, str) else tuple(keys)
-            streams[name] = StreamRoute(keys, times, unit_of(name), _ahead_for(ahead_ms, name))
+            streams[name] = StreamRoute(keys, times, unit_of(name), _ahead_for(ahead_ms, name),
+                                        (clocks or {}).get(name))
     else:
         keys = (key_cols,) if isinstance(key_cols, str) else tuple(key_cols)
         if not keys:
             return None
-        streams[None] = StreamRoute(keys, time_col, unit_of(None), _ahead_for(ahead_ms, stream))
+        streams[None] = StreamRoute(keys, time_col, unit_of(None), _ahead_for(ahead_ms, stream),
+                                    (clocks or {}).get(stream) if stream is not None else None)
     if len({len(r.key_fields) for r in streams.values()}) != 1:
         return None  # _key_exprs reports the mismatch
     if len(streams) == 1:
         # One stream: its fields route every row, as _per_stream does (rows of other streams
         # are ignored by the processor but still move the watermark).
         streams = {None: next(iter(streams.values()))}
-    used = {STREAM_COLUMN} | {f for r in streams.values() for f in (*r.key_fields, r.time_field)}
+    used = {STREAM_COLUMN} | {f for r in streams.values() for f in (*r.key_fields, *r.time_inputs)}
     if used & set(columns):
         return None
     return JsonRoute(json_col, streams, stream, buckets)

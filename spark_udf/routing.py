@@ -24,9 +24,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import json as pa_json
 
+from cep.events.clock import DeviceClock
 from cep.events.event import (
     STREAM_FIELD,
     BadEventError,
+    corrected_event_time_ms,
+    corrected_time_column_ms,
     event_time_ms,
     parse_json_line,
     time_column_ms,
@@ -107,12 +110,23 @@ class StreamRoute:
     ahead_ms:
         How far past the wall clock a time may be (the stream's ``ahead``): a time beyond it
         routes with no time, so it moves no watermark.
+    clock:
+        The stream's device clock correction, if it declares one: rows route with their
+        corrected time (:mod:`cep.events.clock`), as the processor's events carry it.
     """
 
     key_fields: tuple[str, ...]
     time_field: str
     unit_ms: int
     ahead_ms: int = DEFAULT_AHEAD_MS
+    clock: DeviceClock | None = None
+
+    @property
+    def time_inputs(self) -> tuple[str, ...]:
+        """The fields a row's time is computed from."""
+        if self.clock is None:
+            return (self.time_field,)
+        return (self.time_field, self.clock.sent_field, self.clock.received_field)
 
 
 @dataclass(frozen=True)
@@ -220,7 +234,7 @@ class _Router:
         consistent = True
         time_fields: set[str] = set()
         for stream, sroute in route.streams.items():
-            time_fields.add(sroute.time_field)
+            time_fields.update(sroute.time_inputs)
             for name in sroute.key_fields:
                 kind = _declared(processor, stream, name)
                 if fields.setdefault(name, kind) != kind:
@@ -321,8 +335,15 @@ class _Router:
             sroute = self.route.streams[stream]
             part = table if len(rows) == n else table.take(pa.array(rows))
             column = part.column(sroute.time_field).to_pandas()
-            times[rows] = time_column_ms(column, sroute.time_field, sroute.unit_ms,
-                                         ahead_ms=sroute.ahead_ms)
+            if sroute.clock is None:
+                times[rows] = time_column_ms(column, sroute.time_field, sroute.unit_ms,
+                                             ahead_ms=sroute.ahead_ms)
+            else:
+                times[rows] = corrected_time_column_ms(
+                    column, part.column(sroute.clock.sent_field).to_pandas(),
+                    part.column(sroute.clock.received_field).to_pandas(), sroute.clock,
+                    sroute.time_field, sroute.unit_ms, ahead_ms=sroute.ahead_ms,
+                )
             texts_by_field = [
                 _texts_of(part.column(name).combine_chunks(), self.fields[name])  # type: ignore[index]
                 for name in sroute.key_fields
@@ -378,8 +399,15 @@ class _Router:
             try:
                 # Bounded as the column-wise path bounds it: a time that cannot be right stays
                 # NaN, so it never moves the watermark (the processor dead-letters the row).
-                times[i] = event_time_ms(value.get(sroute.time_field), sroute.unit_ms,
-                                         sroute.time_field, ahead_ms=sroute.ahead_ms)
+                if sroute.clock is None:
+                    times[i] = event_time_ms(value.get(sroute.time_field), sroute.unit_ms,
+                                             sroute.time_field, ahead_ms=sroute.ahead_ms)
+                else:
+                    times[i] = corrected_event_time_ms(
+                        value.get(sroute.time_field), value.get(sroute.clock.sent_field),
+                        value.get(sroute.clock.received_field), sroute.clock,
+                        sroute.time_field, sroute.unit_ms, ahead_ms=sroute.ahead_ms,
+                    )
             except BadEventError:
                 pass
             slot = None if None in self.route.streams else stream

@@ -18,7 +18,7 @@ from cep.metrics.processor import MetricProcessor
 from cep.nfa.processor import RuleProcessor, key_signature
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
-from spark_udf.input_plan import ahead_of, json_route, routed_layout
+from spark_udf.input_plan import ahead_of, clock_of, json_route, routed_layout
 from spark_udf.operator import detect, detect_plan
 from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan, check_buckets
 
@@ -164,7 +164,8 @@ def route_specs(
         default = stream if stream is not None else spec.default_stream
         route = json_route(list(columns), json_col, spec.key_cols, spec.time_cols,
                            spec.time_units, default, buckets,
-                           ahead_of(spec.processor) or DEFAULT_AHEAD_MS)
+                           ahead_of(spec.processor) or DEFAULT_AHEAD_MS,
+                           clocks=clock_of(spec.processor))
         if route is None:
             return None
         entries.append((route, spec.processor, routed_layout(columns, json_col, default)))
@@ -205,6 +206,16 @@ def detect_specs(
         plan = route_specs(types, specs, json_col=json_col, stream=stream, buckets=buckets)
         if plan is not None:
             return detect_plan(df, plan)
+    for spec in specs:
+        corrected = sorted(clock_of(spec.processor))
+        if corrected:
+            # Spark's own time expressions (detect over typed columns or a static frame) do
+            # not correct device clocks: refused rather than watermarked by another time.
+            raise OperatorConfigError(
+                f"stream '{corrected[0]}' corrects its device clock (`time ... sent ... "
+                "received ...`); on Spark that runs over a streaming frame of JSON text "
+                "(vigil run, read_jsonl with a route plan), not over this frame"
+            )
     outputs = [
         detect(
             df, spec.processor, key_cols=spec.key_cols, time_col=spec.time_cols,

@@ -734,7 +734,9 @@ def _summary(engine: Engine, seconds: float, *, dead_letter_path: str | None) ->
     lines = [
         f"vigil run: {stats.events} event(s) in {seconds:.2f}s ({rate:,.0f}/s), "
         f"{sum(stats.matches.values())} match(es), {stats.late} late, {stats.bad} bad"
-        + (f", {stats.unkeyed} without a rule's key" if stats.unkeyed else ""),
+        + (f", {stats.unkeyed} without a rule's key" if stats.unkeyed else "")
+        + (f", {stats.uncorrected} with their device's clock uncorrected (no sent or received "
+           "time)" if stats.uncorrected else ""),
     ]
     for name, count in stats.matches.items():
         dropped = stats.dropped_partials.get(name, 0)

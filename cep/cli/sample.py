@@ -61,6 +61,7 @@ class Planted:
     latency_p99: list[str] = field(default_factory=list)
     brute_force_success: list[str] = field(default_factory=list)
     breach_watch: list[str] = field(default_factory=list)
+    new_card_checkout: list[str] = field(default_factory=list)
 
 
 def _iso(t: datetime) -> str:
@@ -245,7 +246,71 @@ def generate(n_events: int, seed: int = 7) -> tuple[list[dict], Planted]:
     for i in range(1, len(out)):
         if rng.random() < 0.02 and (times[i] - times[i - 1]).total_seconds() < 5:
             out[i - 1], out[i] = out[i], out[i - 1]
-    return out, planted
+    # The mobile app's events come last, from their own generator, so that adding them left
+    # every other stream's events as they were.
+    return merge_arrivals(out, times, mobile_app(n_events, seed, span, planted)), planted
+
+
+#: Device clock skews of the mobile app's phones: most right, some minutes or hours off.
+_SKEWS = (timedelta(0),) * 6 + (
+    timedelta(seconds=95), timedelta(seconds=-40), timedelta(hours=-3), timedelta(hours=5),
+)
+
+
+def mobile_app(
+    n_events: int, seed: int, span: timedelta, planted: Planted
+) -> list[tuple[datetime, dict]]:
+    """The ``app_events`` stream: a phone app's events stamped by the phone's clock (``ts``,
+    ``sent_at``) and the server's (``received_at``), with their arrival times (when received).
+    Phones with a skewed clock are hours off; old app versions on a right clock send no
+    ``sent_at``. Planted: a card added then a large checkout, on a phone six hours behind."""
+    rng = random.Random(seed * 1000 + 25)
+    users = [f"app_user_{i:04d}" for i in range(max(5, n_events // 200))]
+    skew = {u: rng.choice(_SKEWS) for u in users}
+    found: list[tuple[datetime, dict]] = []
+
+    def add(user: str, t: datetime, device: timedelta, *, old: bool = False, **fields) -> None:
+        sent = t + timedelta(milliseconds=rng.randint(0, 20_000))  # queued on the phone
+        received = sent + timedelta(milliseconds=rng.randint(40, 900))
+        event = {"stream": "app_events", "user_id": user, **fields, "ts": _iso(t + device)}
+        if not old:
+            event["sent_at"] = _iso(sent + device)
+        event["received_at"] = _iso(received)
+        found.append((received if not old else t, event))
+
+    for _ in range(max(20, n_events // 30)):
+        user = rng.choice(users)
+        t = START + span * rng.uniform(0.0, 0.95)
+        action = rng.choice(["open", "view", "view", "card_added", "checkout"])
+        amount = round(rng.uniform(5, 400), 2) if action == "checkout" else None
+        add(user, t, skew[user], old=skew[user] == timedelta(0) and rng.random() < 0.2,
+            action=action, amount=amount)
+    for p in range(max(1, n_events // 2000)):
+        user = f"app_victim_{p:04d}"
+        base = START + span * rng.uniform(0.1, 0.6)
+        behind = timedelta(hours=-6)
+        add(user, base, behind, action="card_added", amount=None)
+        add(user, base + timedelta(seconds=70), behind, action="checkout",
+            amount=round(rng.uniform(1500, 4000), 2))
+        planted.new_card_checkout.append(user)
+    return found
+
+
+def merge_arrivals(
+    events: list[dict], times: list[datetime], more: list[tuple[datetime, dict]]
+) -> list[dict]:
+    """``events`` (arriving about at ``times``) with ``more`` placed among them by arrival
+    time; the order of ``events`` is kept."""
+    pending = sorted(more, key=lambda item: item[0])
+    out: list[dict] = []
+    k = 0
+    for event, t in zip(events, times, strict=True):
+        while k < len(pending) and pending[k][0] <= t:
+            out.append(pending[k][1])
+            k += 1
+        out.append(event)
+    out.extend(item[1] for item in pending[k:])
+    return out
 
 
 def write_sample(out_dir: str, n_events: int, *, seed: int = 7, files: int = 4) -> Planted:

@@ -83,6 +83,9 @@ class EngineStats:
         Events waiting in the reorder buffer for the watermark.
     watermark:
         The engine watermark (epoch ms).
+    uncorrected:
+        Valid events of clock-corrected streams (``time ts sent S received R``) that lacked a
+        sent or received time and kept their device time (:mod:`cep.events.clock`).
     """
 
     events: int
@@ -95,6 +98,7 @@ class EngineStats:
     keys: int = 0
     buffered: int = 0
     watermark: int = 0
+    uncorrected: int = 0
 
 
 class Engine:
@@ -174,6 +178,7 @@ class Engine:
         self._late = 0
         self._bad = 0
         self._unkeyed = 0
+        self._uncorrected = 0
         self._match_counts: Counter[str] = Counter()
         self._retired_drops: Counter[str] = Counter()
         # Forms a restore dropped (cep.engine.checkpoint): a name coming back continues its
@@ -362,6 +367,8 @@ class Engine:
                 )
             )
             return
+        if schema.clock is not None and schema.uncorrected(ev.fields):
+            self._uncorrected += 1
         if self._watermark.observe(ev.stream, ev.ts):
             self._late_letter(ev, source, line, raw, event)
             self._collect(self._standing.late(ev, self._watermark.current) or [])
@@ -497,6 +504,7 @@ class Engine:
         entries: list[tuple[Event, tuple]] = []
         offset = 0
         for name, normalised, ts, ok_rows in parts:
+            self._uncorrected += self._schemas[name].uncorrected_rows(normalised)
             count = len(ok_rows)
             late_here = late[offset : offset + count]
             offset += count
@@ -694,6 +702,7 @@ class Engine:
             keys=keys,
             buffered=len(self._buffer) + len(self._route.columns),
             watermark=self._watermark.current,
+            uncorrected=self._uncorrected,
         )
 
     # ------------------------------------------------------------------ restarts

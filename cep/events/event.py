@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from cep.errors import BadEventError, EngineError, StateError, UnknownRuleError
+from cep.events.clock import DeviceClock, corrected_column_ms, corrected_ms
 from cep.events.limits import (
     INVALID_UTF8_MARK,
     MAX_EVENT_BYTES,
@@ -33,6 +34,7 @@ from cep.events.time_bounds import (
     LATEST_EVENT_MS,
     LATEST_MS,
     ahead_detail,
+    corrected_detail,
     range_detail,
     wall_clock_ms,
 )
@@ -50,7 +52,10 @@ __all__ = [
     "StreamSchema",
     "UnknownRuleError",
     "checked_value",
+    "corrected_event_time_ms",
+    "corrected_time_column_ms",
     "dead_letter",
+    "bounded_event_ms",
     "event_time_ms",
     "parse_json_line",
     "parse_timestamp",
@@ -429,6 +434,9 @@ class StreamSchema:
     now_ms:
         The wall clock, fixed (tests); ``None`` reads it at each validation
         (:func:`cep.events.time_bounds.wall_clock_ms`).
+    clock:
+        The device clock correction (``time ts sent S received R``), or None: the event time
+        is then the time field's value (:mod:`cep.events.clock`).
     """
 
     name: str
@@ -439,6 +447,7 @@ class StreamSchema:
     id_field: str = "id"
     ahead_ms: int = DEFAULT_AHEAD_MS
     now_ms: int | None = None
+    clock: DeviceClock | None = None
     _timestamps: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
@@ -449,9 +458,13 @@ class StreamSchema:
         the wall clock that bounds event times (default: read it at each validation)."""
         fields = {f.name: f.type for f in decl.fields}
         time_field = event_time_field(decl)
+        clock = DeviceClock.from_decl(decl)
         if time_field is not None:
             # Event time is epoch ms everywhere, whatever type the time field was declared with.
             fields[time_field] = "timestamp"
+            if clock is not None:
+                # So are the times a device clock is corrected with (the same unit's numbers).
+                fields[clock.sent_field] = fields[clock.received_field] = "timestamp"
         if lateness_ms is None:
             lateness_ms = decl.lateness.ms if decl.lateness is not None else 0
         return cls(
@@ -463,6 +476,7 @@ class StreamSchema:
             id_field=decl.id_field or "id",
             ahead_ms=decl.ahead.ms if decl.ahead is not None else DEFAULT_AHEAD_MS,
             now_ms=now_ms,
+            clock=clock,
             _timestamps=tuple(n for n, t in fields.items() if t == "timestamp"),
         )
 
@@ -496,6 +510,93 @@ class StreamSchema:
         return event_time_ms(
             value, self.epoch_unit_ms, self.time_field or "ts", ahead_ms=ahead_ms, now_ms=now_ms
         )
+
+    def event_time_of(self, raw: Mapping[str, Any]) -> int:
+        """The event time of a raw event of this stream, as :meth:`normalise` gives it
+        (corrected for the device's clock when the stream declares one), without validating
+        its other fields.
+
+        Raises
+        ------
+        BadEventError
+            When the time is missing or cannot be right.
+
+        Examples
+        --------
+        >>> from query_lang import parse
+        >>> decl, = parse("stream s (ts int, a int, b int) time ts unit ms "
+        ...               "sent a received b").declarations
+        >>> StreamSchema.from_decl(decl, now_ms=1_000).event_time_of({"ts": 1, "a": 2, "b": 9})
+        8
+        """
+        name = self.time_field
+        if name is None:
+            raise BadEventError(
+                EventReason.MISSING_TIME,
+                f"stream '{self.name}' declares no time field (add `time FIELD`)",
+            )
+        value = raw.get(name)
+        clock = self.clock
+        if clock is None:
+            if value is None:
+                raise BadEventError(
+                    EventReason.MISSING_TIME, f"time field '{name}' is missing or null"
+                )
+            return self.event_time(value)
+        now_ms, ahead_ms = self._clock()
+        return corrected_event_time_ms(
+            value, raw.get(clock.sent_field), raw.get(clock.received_field), clock, name,
+            self.epoch_unit_ms, ahead_ms=ahead_ms, now_ms=now_ms,
+        )
+
+    def corrected_time(
+        self, value: Any, happened: int, sent: int | None, received: int | None
+    ) -> int:
+        """The event time of a clock-corrected stream's event whose time field holds
+        ``value`` (read as ``happened``, epoch ms) and whose sent and received fields read
+        ``sent`` and ``received`` (None when missing): corrected when both are known
+        (:func:`cep.events.clock.corrected_ms`), held to the time bounds as
+        :meth:`event_time` holds an uncorrected time.
+
+        Examples
+        --------
+        >>> from query_lang import parse
+        >>> decl, = parse("stream s (ts int, a int, b int) time ts unit ms "
+        ...               "sent a received b").declarations
+        >>> schema = StreamSchema.from_decl(decl, now_ms=1_000_000)
+        >>> schema.corrected_time(10, 10, 100, 600), schema.corrected_time(10, 10, None, 600)
+        (510, 10)
+        >>> schema.corrected_time(10, 10, 0, 999_000_000)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        cep.errors.BadEventError: too_far_ahead: clock-corrected event time ... (device time ...
+        """
+        ms, done = corrected_ms(happened, sent, received)
+        now_ms, ahead_ms = self._clock()
+        return bounded_event_ms(
+            value, ms, self.epoch_unit_ms, ahead_ms=ahead_ms, now_ms=now_ms,
+            happened_ms=happened if done else None,
+        )
+
+    def uncorrected(self, fields: Mapping[str, Any]) -> bool:
+        """Whether an event of a clock-corrected stream, its ``fields`` validated, kept its
+        device time for want of a sent or received time (False on other streams)."""
+        clock = self.clock
+        return clock is not None and (
+            fields.get(clock.sent_field) is None or fields.get(clock.received_field) is None
+        )
+
+    def uncorrected_rows(self, frame: pd.DataFrame) -> int:
+        """How many rows of a frame :meth:`normalise_frame` returned kept their device time
+        (see :meth:`uncorrected`)."""
+        clock = self.clock
+        if clock is None or frame.empty:
+            return 0
+        known = np.ones(len(frame), dtype=bool)
+        for name in (clock.sent_field, clock.received_field):
+            if name not in frame.columns:
+                return len(frame)
+            known &= frame[name].notna().to_numpy()
+        return int((~known).sum())
 
     def _clock(self) -> tuple[int, int]:
         """``(now, ahead)`` in ms: the wall clock (read now unless fixed) and the bound."""
@@ -534,7 +635,7 @@ class StreamSchema:
         for name, kind in declared.items():
             value = raw.get(name)
             if value is not None:
-                if name == self.time_field:
+                if name == self.time_field and self.clock is None:
                     fields[name] = self.event_time(value)
                 else:
                     fields[name] = _convert(value, kind, name, self.epoch_unit_ms)
@@ -549,6 +650,14 @@ class StreamSchema:
                 EventReason.MISSING_TIME,
                 f"time field '{self.time_field}' is missing or null",
             )
+        clock = self.clock
+        if clock is not None:
+            ts = self.corrected_time(
+                raw.get(self.time_field), ts,
+                fields.get(clock.sent_field), fields.get(clock.received_field),
+            )
+            fields[clock.device_field] = fields[self.time_field]
+            fields[self.time_field] = ts
         ident = fields.get(self.id_field)
         if not isinstance(ident, str | int) or isinstance(ident, bool):
             ident = position if ident is None else str(ident)
@@ -585,7 +694,8 @@ class StreamSchema:
             original = frame[name]
             if name == self.time_field:
                 converted, failed = _timestamp_column(
-                    original, name, self.epoch_unit_ms, clock=self._clock()
+                    original, name, self.epoch_unit_ms,
+                    clock=self._clock() if self.clock is None else None,
                 )
             else:
                 converted, failed = _convert_column(original, kind, name, self.epoch_unit_ms)
@@ -608,6 +718,9 @@ class StreamSchema:
                 EventReason.MISSING_TIME,
                 f"time field '{self.time_field}' is missing or null",
             )
+        if self.clock is not None and self.time_field in columns:
+            self._correct_columns(frame, columns, ok, problems)
+            changed = True
         if changed or STREAM_FIELD in present or SEQ_FIELD in present:
             normalised = pd.DataFrame(columns, index=frame.index)
         else:
@@ -619,6 +732,53 @@ class StreamSchema:
         ts = normalised[self.time_field].to_numpy(dtype=np.int64)
         bad = [(pos, reason, detail) for pos, (reason, detail) in sorted(problems.items())]
         return normalised, ts, bad
+
+    def _correct_columns(
+        self,
+        frame: pd.DataFrame,
+        columns: dict[str, Any],
+        ok: np.ndarray,
+        problems: dict[int, tuple[str, str]],
+    ) -> None:
+        """:meth:`normalise_frame`'s twin of :meth:`corrected_time`: the time column
+        corrected in ``columns`` (the device's times kept beside it), rows whose time cannot
+        be right marked failed in ``ok`` and ``problems``."""
+        clock = self.clock
+        assert clock is not None and self.time_field is not None
+        n = len(frame)
+
+        def as_ms(name: str) -> np.ndarray:
+            column = columns.get(name)
+            if column is None:
+                return np.full(n, np.nan)
+            return pd.to_numeric(column, errors="coerce").to_numpy(
+                dtype=np.float64, na_value=np.nan
+            )
+
+        happened = as_ms(self.time_field)
+        sent, received = as_ms(clock.sent_field), as_ms(clock.received_field)
+        times, _ = corrected_column_ms(happened, sent, received)
+        now_ms, ahead_ms = self._clock()
+        timed = ok & ~np.isnan(times)
+        outside = timed & (
+            (times < EARLIEST_MS) | (times > min(LATEST_EVENT_MS, now_ms + ahead_ms))
+        )
+        raw = frame[self.time_field]
+        for pos in np.flatnonzero(outside).tolist():
+            # Rare: the one-event check gives the row its dead letter's detail.
+            try:
+                self.corrected_time(
+                    plain_value(raw.iloc[pos]), int(happened[pos]),
+                    None if np.isnan(sent[pos]) else int(sent[pos]),
+                    None if np.isnan(received[pos]) else int(received[pos]),
+                )
+            except BadEventError as exc:
+                ok[pos] = False
+                problems[pos] = (exc.reason, exc.detail)
+        columns[clock.device_field] = columns[self.time_field]
+        columns[self.time_field] = pd.Series(
+            np.where(np.isnan(times), 0, times).astype(np.int64), index=frame.index
+        )
 
     def events_from_frame(
         self, frame: pd.DataFrame, seqs: np.ndarray, positions: np.ndarray
@@ -837,6 +997,95 @@ def time_column_ms(
     return out
 
 
+def corrected_time_column_ms(
+    column: pd.Series,
+    sent: pd.Series | None,
+    received: pd.Series | None,
+    clock: DeviceClock,
+    name: str,
+    unit_ms: int,
+    *,
+    ahead_ms: int = DEFAULT_AHEAD_MS,
+    now_ms: int | None = None,
+) -> np.ndarray:
+    """:func:`time_column_ms` of a clock-corrected stream: each row's time corrected with its
+    sent and received times (``None``: a column no row has) as
+    :meth:`StreamSchema.normalise_frame` corrects it, then bounded; ``NaN`` where the time is
+    missing or cannot be right, and where a sent or received value is present but not a time
+    (the processor dead-letters those rows).
+
+    Examples
+    --------
+    >>> clock = DeviceClock("a", "b", "ts_device")
+    >>> corrected_time_column_ms(pd.Series([10, 10, 10]), pd.Series([100, None, "x"]),
+    ...                          pd.Series([600, 600, 600]), clock, "ts", 1,
+    ...                          now_ms=0).tolist()
+    [510.0, 10.0, nan]
+    """
+    n = len(column)
+
+    def as_ms(values: pd.Series | None, field_name: str) -> tuple[np.ndarray, np.ndarray]:
+        if values is None:
+            return np.full(n, np.nan), np.zeros(n, dtype=bool)
+        values = values.reset_index(drop=True)
+        converted, failed = _timestamp_column(values, field_name, unit_ms)
+        ms = pd.to_numeric(pd.Series(converted), errors="coerce").to_numpy(
+            dtype=np.float64, na_value=np.nan
+        )
+        broken = np.zeros(n, dtype=bool)
+        for position, _reason, _detail in failed:
+            ms[position] = np.nan
+            broken[position] = True
+        return ms, broken
+
+    happened, _ = as_ms(column, name)
+    sent_ms, sent_bad = as_ms(sent, clock.sent_field)
+    received_ms, received_bad = as_ms(received, clock.received_field)
+    times, _ = corrected_column_ms(happened, sent_ms, received_ms)
+    if now_ms is None:
+        now_ms = wall_clock_ms()
+    with np.errstate(invalid="ignore"):
+        wrong = (times < EARLIEST_MS) | (times > min(LATEST_EVENT_MS, now_ms + ahead_ms))
+    times[wrong | sent_bad | received_bad] = np.nan
+    return times
+
+
+def corrected_event_time_ms(
+    value: Any,
+    sent: Any,
+    received: Any,
+    clock: DeviceClock,
+    name: str,
+    unit_ms: int,
+    *,
+    ahead_ms: int = DEFAULT_AHEAD_MS,
+    now_ms: int | None = None,
+) -> int:
+    """:func:`event_time_ms` of one clock-corrected event's raw time, sent and received
+    values: :func:`corrected_time_column_ms` for one row.
+
+    Raises
+    ------
+    BadEventError
+        When the time is missing, a value is not a time, or the corrected time cannot be
+        right.
+
+    Examples
+    --------
+    >>> corrected_event_time_ms(10, 100, 600, DeviceClock("a", "b", "t"), "ts", 1, now_ms=0)
+    510
+    """
+    if _is_null(value):
+        raise BadEventError(EventReason.MISSING_TIME, f"time field '{name}' is missing or null")
+    happened = parse_timestamp(value, unit_ms, name)
+    sent_ms = None if _is_null(sent) else parse_timestamp(sent, unit_ms, clock.sent_field)
+    received_ms = (
+        None if _is_null(received) else parse_timestamp(received, unit_ms, clock.received_field)
+    )
+    ms, _ = corrected_ms(happened, sent_ms, received_ms)
+    return bounded_event_ms(value, ms, unit_ms, ahead_ms=ahead_ms, now_ms=now_ms)
+
+
 def _convert_column(
     column: pd.Series, kind: str, name: str, unit_ms: int
 ) -> tuple[pd.Series, list[tuple[int, str, str]]]:
@@ -977,15 +1226,41 @@ def event_time_ms(
     ms = _time_ms(value, unit_ms)
     if ms is None:
         return parse_timestamp(value, unit_ms, name)
+    return bounded_event_ms(value, ms, unit_ms, ahead_ms=ahead_ms, now_ms=now_ms)
+
+
+def bounded_event_ms(
+    value: Any,
+    ms: int,
+    unit_ms: int = 1000,
+    *,
+    ahead_ms: int = DEFAULT_AHEAD_MS,
+    now_ms: int | None = None,
+    happened_ms: int | None = None,
+) -> int:
+    """``ms``, the event time read from ``value``, held to the time bounds of
+    :func:`event_time_ms`; ``happened_ms``: ``ms`` is that device time clock-corrected, which
+    a dead letter's detail then says.
+
+    Examples
+    --------
+    >>> bounded_event_ms("x", 5, now_ms=0)
+    5
+    """
     if now_ms is None:
         now_ms = wall_clock_ms()
     if ms > now_ms + ahead_ms:
         raise BadEventError(
-            EventReason.TOO_FAR_AHEAD, ahead_detail(value, ms, unit_ms, ahead_ms, now_ms)
+            EventReason.TOO_FAR_AHEAD,
+            ahead_detail(value, ms, unit_ms, ahead_ms, now_ms) if happened_ms is None
+            else corrected_detail(happened_ms, ms, latest_ms=LATEST_EVENT_MS,
+                                  ahead_ms=ahead_ms, now_ms=now_ms),
         )
     if not EARLIEST_MS <= ms <= LATEST_EVENT_MS:
         raise BadEventError(
-            EventReason.BAD_TIMESTAMP, range_detail(value, ms, unit_ms, LATEST_EVENT_MS)
+            EventReason.BAD_TIMESTAMP,
+            range_detail(value, ms, unit_ms, LATEST_EVENT_MS) if happened_ms is None
+            else corrected_detail(happened_ms, ms, latest_ms=LATEST_EVENT_MS),
         )
     return ms
 

@@ -26,6 +26,7 @@ __all__ = [
     "LATEST_MS",
     "NOW_ENV",
     "ahead_detail",
+    "corrected_detail",
     "range_detail",
     "unit_hint",
     "wall_clock_ms",
@@ -162,6 +163,35 @@ def range_detail(
         f"{what} {_reading(value, ms, unit_ms)}, outside the years 1 to "
         f"{_year_of(latest_ms)} {kind} may have{unit_hint(value, unit_ms, latest_ms)}"
     )
+
+
+def corrected_detail(
+    happened_ms: int, ms: int, *, latest_ms: int, ahead_ms: int | None = None,
+    now_ms: int | None = None,
+) -> str:
+    """The detail of a dead letter for a clock-corrected event time ``ms`` that cannot be
+    right: the device's time and the correction, then the bound passed (``ahead_ms`` and
+    ``now_ms``: the wall clock's, else the last year ``latest_ms``).
+
+    Examples
+    --------
+    >>> print(corrected_detail(10, 999_000_010, latest_ms=LATEST_EVENT_MS, ahead_ms=86_400_000,
+    ...                        now_ms=1_000_000))  # doctest: +NORMALIZE_WHITESPACE
+    clock-corrected event time 1970-01-12T13:30:00.010Z (device time
+    1970-01-01T00:00:00.010Z, +999000000 ms), more than `ahead 1d` past the wall clock
+    1970-01-01T00:16:40.000Z
+    """
+    offset = ms - happened_ms
+    head = (
+        f"clock-corrected event time {_when(ms)} (device time {_when(happened_ms)}, "
+        f"{'+' if offset >= 0 else '-'}{abs(offset)} ms)"
+    )
+    if ahead_ms is not None and now_ms is not None:
+        return (
+            f"{head}, more than `ahead {duration_text(ahead_ms)}` past the wall clock "
+            f"{_when(now_ms)}"
+        )
+    return f"{head}, outside the years 1 to {_year_of(latest_ms)} an event time may have"
 
 
 def _reading(value: Any, ms: int, unit_ms: int) -> str:

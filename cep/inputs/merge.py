@@ -62,9 +62,9 @@ def _order_of(event: dict[str, Any], schemas: Mapping[str, StreamSchema], last: 
     """Event time used to interleave several inputs; a line without one keeps its place."""
     try:
         schema = stream_of(event, None, schemas)
-        value = event.get(schema.time_field) if schema.time_field else None
-        # Bounded as the engine bounds it: a time too far ahead must not hold back its input.
-        return last if value is None else schema.event_time(value)
+        # Bounded (and corrected for a device's clock) as the engine reads it: a time too far
+        # ahead must not hold back its input.
+        return schema.event_time_of(event)
     except BadEventError:
         return last
 

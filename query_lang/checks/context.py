@@ -77,7 +77,13 @@ class ProgramContext:
         s = self.streams.get(name)
         if s is None:
             return {}
-        return {f.name: T.from_field_type(f.type) for f in s.fields}
+        fields = {f.name: T.from_field_type(f.type) for f in s.fields}
+        device = s.device_time_field
+        if device is not None:
+            # The device's reading of the time field: of the time field's type.
+            stamp = T.from_field_type("timestamp")
+            fields.setdefault(device, fields.get(s.time_field or "", stamp))
+        return fields
 
     def check_from(self, decl) -> list[str]:
         known = []

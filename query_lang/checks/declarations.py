@@ -36,6 +36,8 @@ def check_stream(ctx: ProgramContext, s: ast.StreamDecl) -> None:
             )
     elif s.lateness is not None:
         ctx.error(VigilValueError, "'lateness' needs a 'time' field", s.lateness)
+    if s.time_sources:
+        _check_time_sources(ctx, s)
     if s.ahead is not None:
         if s.time_field is None:
             ctx.error(VigilValueError, "'ahead' needs a 'time' field", s.ahead)
@@ -46,6 +48,65 @@ def check_stream(ctx: ProgramContext, s: ast.StreamDecl) -> None:
         ctx.error(
             VigilNameError, f"id field '{s.id_field}' is not a field of stream '{s.name}'",
             ctx.find(s, "id", s.id_field),
+        )
+
+
+def _check_time_sources(ctx: ProgramContext, s: ast.StreamDecl) -> None:
+    """``time ts sent F received F``: known kinds, each once, two declared time fields other
+    than ``ts`` and each other, and no declared field where the device's reading is kept."""
+    kinds: dict[str, ast.TimeSource] = {}
+    used: dict[str, ast.TimeSource] = {}
+    for source in s.time_sources:
+        if source.kind not in ast.TIME_SOURCE_KINDS:
+            ctx.error(
+                VigilNameError,
+                f"unknown time field kind '{source.kind}' in stream '{s.name}'; expected one "
+                f"of: {', '.join(ast.TIME_SOURCE_KINDS)}",
+                source,
+            )
+            continue
+        if source.kind in kinds:
+            ctx.error(
+                VigilNameError, f"stream '{s.name}' names its '{source.kind}' field twice", source
+            )
+            continue
+        kinds[source.kind] = source
+        if source.field == s.time_field or source.field in used:
+            ctx.error(
+                VigilNameError,
+                f"field '{source.field}' of stream '{s.name}' is named twice as a time field",
+                source,
+            )
+        used[source.field] = source
+        t = s.field_type(source.field)
+        if t is None:
+            ctx.error(
+                VigilNameError,
+                f"{source.kind} field '{source.field}' is not a field of stream '{s.name}'",
+                source,
+            )
+        elif t not in ("timestamp", "int", "float"):
+            ctx.error(
+                VigilTypeError,
+                f"{source.kind} field '{source.field}' must be a timestamp, not {t}",
+                source,
+            )
+    missing = [k for k in ast.TIME_SOURCE_KINDS if k not in kinds]
+    if kinds and missing:
+        # One of the two gives no offset: the correction needs both clocks' readings.
+        ctx.error(
+            VigilValueError,
+            f"stream '{s.name}' corrects its device clock with both 'sent' and 'received'; "
+            f"add `{missing[0]} FIELD`",
+            s.time_sources[0],
+        )
+    device = s.device_time_field
+    if device is not None and s.field_type(device) is not None:
+        ctx.error(
+            VigilNameError,
+            f"stream '{s.name}' declares field '{device}', where a clock-corrected stream keeps "
+            "the device's own time: rename it",
+            next(f for f in s.fields if f.name == device),
         )
 
 

@@ -65,7 +65,7 @@ class DeclarationRules(NodeBuilder):
                         VigilSyntaxError, f"stream '{name}' sets '{key}' twice", where
                     )
                 options[key] = value
-        time_field, time_unit = options.get("time", (None, None))
+        time_field, time_unit, time_sources = options.get("time", (None, None, ()))
         span = self._span(meta)
         option_lines = [self._span(opt[2]).line for opt in rest if isinstance(opt, tuple)]
         self._lay_out(
@@ -83,6 +83,7 @@ class DeclarationRules(NodeBuilder):
             id_field=options.get("id"),
             ahead=options.get("ahead"),
             span=self._span(meta),
+            time_sources=time_sources,
         )
 
     def field_decl(self, meta, children):
@@ -101,6 +102,8 @@ class DeclarationRules(NodeBuilder):
         return text
 
     def time_option(self, meta, children):
+        sources = tuple(c for c in children if isinstance(c, ast.TimeSource))
+        children = [c for c in children if not isinstance(c, ast.TimeSource)]
         field_name, unit = children[0], children[1] if len(children) > 1 else None
         unit_text = None
         if unit is not None:
@@ -109,7 +112,11 @@ class DeclarationRules(NodeBuilder):
                 raise self._error(
                     VigilSyntaxError, "expected a time unit: s or ms", unit
                 )
-        return ("time", (str(field_name), unit_text), meta)
+        return ("time", (str(field_name), unit_text, sources), meta)
+
+    def time_source(self, meta, children):
+        kind, field_name = children
+        return ast.TimeSource(str(kind).lower(), str(field_name), self._span(meta))
 
     def lateness_option(self, meta, children):
         return ("lateness", self._duration(children[0]), meta)
