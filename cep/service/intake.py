@@ -22,6 +22,8 @@ def parse_events(body: bytes, stream: str | None = None) -> list[Piece]:
     >>> pieces = parse_events(b'{"a": 1}\\n{oops\\n{"a": 2}')
     >>> [len(p) if isinstance(p, EventBatch) else p["reason"] for p in pieces]
     [1, 'invalid_json', 1]
+    >>> [len(p) for p in parse_events(b'{"a": 1}')]  # one line, without a break
+    [1]
     """
     data = io.BytesIO(body)
     reader = LineReader(data.read, SOURCE)
@@ -31,7 +33,10 @@ def parse_events(body: bytes, stream: str | None = None) -> list[Piece]:
         if block is not None:
             blocks.append(block)
         elif data.tell() >= len(body):
-            break
+            last = reader.block(at_end=True)  # a read past the end: a last line's own break
+            if last is None:
+                break
+            blocks.append(last)
     parser = LineParser(stream)
     return [piece for chunk in chunked(blocks) for piece in parser.pieces(chunk)]
 

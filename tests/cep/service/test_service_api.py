@@ -145,6 +145,14 @@ def test_events_are_counted_and_bad_lines_become_dead_letters(api):
     assert [d["cursor"] for d in only["dead_letters"]] == [4]
 
 
+def test_a_last_line_without_a_line_break_is_an_event_too(api):
+    api.put("big", STREAM + rule("big", "amount > 100"))
+    answer = api.post(lines(txn("c1", 500, 0)).rstrip(b"\n"))
+    assert (answer.json()["received"], answer.json()["matches"]) == (1, 1)
+    answer = api.post(lines(txn("c2", 500, 1)) + lines(txn("c3", 500, 2)).rstrip(b"\n"))
+    assert (answer.json()["received"], answer.json()["matches"]) == (2, 2)
+
+
 def test_the_stream_parameter_binds_every_line(api):
     api.put("big", STREAM + rule("big", "amount > 100"))
     answer = api.post(b'{"card": "c1", "amount": 500, "ts": 1767225600}\n', stream="txn")
