@@ -149,13 +149,19 @@ class Registry:
                     continue
                 space, kind = space_of(decl)
                 incoming[(space, decl.name)] = Entry(space, decl.name, kind, 0, _canonical(decl))
-        current = {(e.space, e.name): e for e in self.store.current()}
-        rest = [e for key, e in current.items() if key not in incoming]
-        if not _changes_shared(incoming.values(), current):
+        shared = self.store.current(shared=True)
+        current = {(e.space, e.name): e for e in shared}
+        for name in {name for space, name in incoming if space == STANDING}:
+            current.update(((e.space, e.name), e) for e in self.store.named(name))
+        if _changes_shared(incoming.values(), current):
+            # A stream, list or webhook changes: checked with every rule that may read it.
+            rest = [e for e in self.store.current() if (e.space, e.name) not in incoming]
+        else:
             # Only rules, queries and metrics change, and none of them reads another: they are
             # checked and compiled with the streams, lists and webhooks, not with the thousands
             # of others (whose names they replace, being in one name space).
-            rest = [e for e in rest if e.space != STANDING]
+            rest = [e for key, e in current.items() if key not in incoming
+                    and e.space != STANDING]
         version = self.version
         program, errors = check_program(
             list(paths), text=_joined(e.text for e in rest) or None,
@@ -192,30 +198,26 @@ class Registry:
             When a name is not registered, or the program without them would not check
             (a rule still reads a stream being removed ...).
         """
-        current = self.store.current()
-        by_name: dict[str, list[Entry]] = {}
-        for entry in current:
-            by_name.setdefault(entry.name, []).append(entry)
-        unknown = [n for n in names if n not in by_name]
+        by_name = {name: self.store.named(name) for name in names}
+        unknown = [n for n in names if not by_name[n]]
         if unknown:
             raise ChangeRefused([VigilError(
                 f"not in the registry: {', '.join(unknown)} (see `vigil registry list`)"
             )])
-        gone = {(e.space, e.name) for n in names for e in by_name[n]}
-        rest = [e for e in current if (e.space, e.name) not in gone]
+        going = {(e.space, e.name): e for n in names for e in by_name[n]}
         version = self.version
-        if any(space != STANDING for space, _ in gone):
+        if any(space != STANDING for space, _ in going):
             # Nothing reads a rule, query or metric; a stream, list or webhook may be read.
+            rest = [e for e in self.store.current() if (e.space, e.name) not in going]
             program, errors = check_program(
                 text=_joined(e.text for e in rest), text_path=f"<registry v{version}>"
             )
             errors = errors or compile_errors(program)
             if errors:
                 raise ChangeRefused(errors)
-        result = ChangeResult(None, removed=[name for _, name in sorted(gone)])
+        result = ChangeResult(None, removed=[name for _, name in sorted(going)])
         if not dry_run:
-            removals = [Entry(e.space, e.name, e.kind, 0, None) for e in current
-                        if (e.space, e.name) in gone]
+            removals = [Entry(e.space, e.name, e.kind, 0, None) for e in going.values()]
             result.version = self.store.write(
                 removals, author=_author(author), summary="remove " + ", ".join(names)
             )

@@ -132,23 +132,41 @@ class RegistryStore:
         row = self._query("SELECT max(version) FROM changes")[0]
         return int(row[0] or 0)
 
-    def current(self, version: int | None = None) -> list[Entry]:
+    def current(self, version: int | None = None, *, shared: bool = False) -> list[Entry]:
         """The declarations of the program at ``version`` (default: the newest), in the order
-        they were first added."""
+        they were first added; with ``shared``, its streams, lists and webhooks only (a few,
+        where rules, queries and metrics may be thousands)."""
         upto = self.version if version is None else int(version)
         rows = self._query(
-            """
+            f"""
             SELECT e.space, e.name, e.kind, e.version, e.text,
                    (SELECT min(version) FROM entries f
                      WHERE f.space = e.space AND f.name = e.name) AS first
             FROM entries e
             WHERE e.version = (SELECT max(version) FROM entries g
                                 WHERE g.space = e.space AND g.name = e.name AND g.version <= ?)
+                  {"AND e.space != ?" if shared else ""}
             ORDER BY first, e.space, e.name
             """,
-            (upto,),
+            (upto, STANDING) if shared else (upto,),
         )
         return [Entry(r[0], r[1], r[2], r[3], r[4]) for r in rows if r[4] is not None]
+
+    def named(self, name: str, version: int | None = None) -> list[Entry]:
+        """The declarations called ``name`` in the program at ``version`` (default: the
+        newest): one per name space at most."""
+        upto = self.version if version is None else int(version)
+        rows = self._query(
+            """
+            SELECT e.space, e.name, e.kind, e.version, e.text FROM entries e
+            WHERE e.name = ?
+              AND e.version = (SELECT max(version) FROM entries g
+                                WHERE g.space = e.space AND g.name = e.name AND g.version <= ?)
+            ORDER BY e.space
+            """,
+            (name, upto),
+        )
+        return [Entry(*r) for r in rows if r[4] is not None]
 
     def written(self, since: int, upto: int) -> list[Entry]:
         """What the versions after ``since`` up to ``upto`` wrote: the newest entry of each

@@ -85,7 +85,7 @@ class NamedQueries:
         }
 
     def _entry(self, name: str) -> Entry:
-        found = [e for e in self.registry.store.current() if e.name == name]
+        found = self.registry.store.named(name)
         if not found:
             raise _not_found(name)
         # A stream and a rule may share a name: the rule, query or metric is the query.
@@ -117,8 +117,8 @@ class NamedQueries:
         with self._lock:
             if standing:
                 kind = _kind(standing[0])
-                taken = [e for e in self.registry.store.current()
-                         if e.space == "standing" and e.name == name and e.kind != kind]
+                taken = [e for e in self.registry.store.named(name)
+                         if e.space == "standing" and e.kind != kind]
                 if taken:
                     raise Problem(
                         409, "Name taken",
@@ -155,7 +155,7 @@ class NamedQueries:
     def delete(self, name: str, author: str) -> dict[str, Any]:
         _check_name(name)
         with self._lock:
-            if not any(e.name == name for e in self.registry.store.current()):
+            if not self.registry.store.named(name):
                 raise _not_found(name)
             try:
                 result = self.registry.remove([name], author=author)
