@@ -41,12 +41,20 @@ def split_stream_url(url: str) -> tuple[str, str]:
     ('redis://127.0.0.1:6379/2', 'events')
     >>> split_stream_url("rediss://u:p@cache:6380/orders%2Feu?ssl_ca_certs=/ca.pem")
     ('rediss://u:p@cache:6380?ssl_ca_certs=/ca.pem', 'orders/eu')
+    >>> split_stream_url("redis://cache:6379/events")  # no database: the default one
+    ('redis://cache:6379', 'events')
     """
     parts = urlsplit(url)
-    head, _, key = parts.path.rpartition("/")
-    if not key:
-        raise ValueError(f"a Redis stream is redis://HOST:PORT[/DB]/KEY, got {url!r}")
-    server = urlunsplit((parts.scheme, parts.netloc, head, parts.query, parts.fragment))
+    path = parts.path.lstrip("/")
+    database, _, key = path.partition("/")
+    if not key or not database.isdigit():
+        database, key = "", path
+    if parts.scheme not in ("redis", "rediss") or not key:
+        raise ValueError(
+            f"a Redis stream is redis://HOST:PORT[/DB]/KEY (rediss:// with TLS), got {url!r}"
+        )
+    server = urlunsplit((parts.scheme, parts.netloc, f"/{database}" if database else "",
+                         parts.query, parts.fragment))
     return server, unquote(key)
 
 

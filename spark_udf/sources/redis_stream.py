@@ -4,12 +4,11 @@ exactly the uncommitted entries."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import redis
@@ -21,7 +20,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from cep.events.limits import INVALID_UTF8_MARK, decode_line, shown_line
+from cep.events.limits import decode_line
+from cep.inputs.redis_stream import entry_text
+from cep.inputs.redis_stream import split_stream_url as split_url
 from spark_udf.errors import OperatorConfigError, RedisSourceError
 from spark_udf.sources.rows import SOURCE_SCHEMA, positive_int, source_batch
 
@@ -67,28 +68,19 @@ STREAM_URL_SCHEMES = ("redis://", "rediss://")
 
 
 def split_stream_url(url: str) -> tuple[str, str]:
-    """The server URL and the stream key of ``redis://[user:password@]HOST:PORT[/DB]/KEY``
-    (``rediss://`` for TLS; a query string stays with the server).
+    """The server URL and the stream key of ``redis://[user:password@]HOST:PORT[/DB]/KEY``, as
+    :func:`cep.inputs.split_stream_url` reads them; a URL that is not one is an
+    :class:`~spark_udf.errors.OperatorConfigError`.
 
     Examples
     --------
     >>> split_stream_url("redis://127.0.0.1:6379/2/events")
     ('redis://127.0.0.1:6379/2', 'events')
-    >>> split_stream_url("rediss://u:p@cache:6380/orders%2Feu?ssl_ca_certs=/ca.pem")
-    ('rediss://u:p@cache:6380?ssl_ca_certs=/ca.pem', 'orders/eu')
     """
-    parts = urlsplit(url)
-    path = parts.path.lstrip("/")
-    database, _, key = path.partition("/")
-    if not key or not database.isdigit():
-        database, key = "", path
-    if not url.startswith(STREAM_URL_SCHEMES) or not key:
-        raise OperatorConfigError(
-            f"a Redis stream is redis://HOST:PORT[/DB]/KEY (rediss:// with TLS), got {url!r}"
-        )
-    server = urlunsplit((parts.scheme, parts.netloc, f"/{database}" if database else "",
-                         parts.query, parts.fragment))
-    return server, unquote(key)
+    try:
+        return split_url(url)
+    except ValueError as exc:
+        raise OperatorConfigError(str(exc)) from None
 
 
 def check_server(url: str) -> None:
@@ -112,33 +104,19 @@ def _text(value: bytes | str) -> str:
 
 
 def _entry_json(fields: Mapping[bytes | str, bytes | str], field: str) -> str:
-    """The event JSON of an entry: its ``field``, or a JSON object of all its fields. Bytes
-    that are not UTF-8 give text marked as :func:`cep.events.limits.decode_line` marks a line
-    of a file, which the operator dead-letters as ``invalid_utf8``.
+    """The event JSON of an entry, as the embedded engine reads it
+    (:func:`cep.inputs.entry_text`), decoded as a line of a file is: text that is not UTF-8
+    marked so that the operator dead-letters it as ``invalid_utf8``.
 
     Examples
     --------
     >>> _entry_json({b"event": b'{"a": 1}'}, "event")
     '{"a": 1}'
+    >>> from cep.events.limits import shown_line
     >>> print(shown_line(_entry_json({b"a": b"caf\\xe9"}, "event")))
     {"a": "caf\\\\xe9"}
     """
-    pairs = {
-        _decoded(name): _decoded(value) for name, value in fields.items()
-    }
-    plain = {shown_line(name): text for name, text in pairs.items()}
-    if field in plain:
-        return plain[field]
-    bad = any(t.startswith(INVALID_UTF8_MARK) for pair in pairs.items() for t in pair)
-    text = json.dumps(
-        {name: shown_line(value) for name, value in plain.items()},
-        ensure_ascii=False, sort_keys=True,
-    )
-    return INVALID_UTF8_MARK + text if bad else text
-
-
-def _decoded(value: bytes | str) -> str:
-    return decode_line(value) if isinstance(value, bytes) else str(value)
+    return decode_line(entry_text(fields, field))
 
 
 @dataclass(frozen=True)
