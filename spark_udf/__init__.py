@@ -16,7 +16,8 @@ from spark_udf.errors import (
     SourceError,
     SparkOperatorError,
 )
-from spark_udf.operator import LAYOUTS, OUTPUT_SCHEMA, detect, parse_lateness, reference_outputs
+from spark_udf.operator import LAYOUTS, OUTPUT_SCHEMA, parse_lateness, reference_outputs
+from spark_udf.pipeline import detect
 from spark_udf.queries import query_outputs
 from spark_udf.records import DEAD_LETTER, OUTPUT_COLUMNS
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs

@@ -54,22 +54,30 @@ class StateLayout:
     sources:
         How many reads of the input the query plan makes (Spark refuses another count);
         ``None`` until the plan is built, and then not compared.
+    partitions:
+        Spark's shuffle partitions, the state store's partitions, chosen when the checkpoint
+        was created (Spark itself keeps them for a checkpoint); recorded, not compared.
     """
 
     buckets: int
     processors: tuple[dict[str, Any], ...]
     input_kind: str
     sources: int | None = None
+    partitions: int | None = None
 
     @classmethod
-    def of(cls, specs: Sequence[Any], buckets: int, input_kind: str) -> StateLayout:
+    def of(
+        cls, specs: Sequence[Any], buckets: int, input_kind: str, *, partitions: int | None = None
+    ) -> StateLayout:
         """The layout of a run of ``specs`` (:class:`spark_udf.rules.ProcessorSpec`), its
         ``sources`` not known yet."""
-        return cls(buckets, tuple(_processor_layout(spec) for spec in specs), input_kind)
+        return cls(buckets, tuple(_processor_layout(spec) for spec in specs), input_kind,
+                   partitions=partitions)
 
     def to_json(self) -> dict[str, Any]:
         return {"buckets": self.buckets, "processors": list(self.processors),
-                "input": self.input_kind, "sources": self.sources}
+                "input": self.input_kind, "sources": self.sources,
+                "shuffle_partitions": self.partitions}
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> StateLayout:
@@ -78,9 +86,10 @@ class StateLayout:
             if not (isinstance(names, list) and isinstance(key, dict)
                     and isinstance(definitions, dict)):
                 raise TypeError(f"a processor's layout is malformed: {processor!r}")
-        sources = value.get("sources")
+        sources, partitions = value.get("sources"), value.get("shuffle_partitions")
         return cls(int(value["buckets"]), tuple(value["processors"]), str(value["input"]),
-                   None if sources is None else int(sources))
+                   None if sources is None else int(sources),
+                   None if partitions is None else int(partitions))
 
     def changes_from(self, old: StateLayout) -> list[str]:
         """How this layout differs from ``old`` (the checkpoint's), in words."""

@@ -30,12 +30,17 @@ from spark_udf.checkpoint import (
     read_record,
     write_record,
 )
+from spark_udf.cluster import (
+    TaskFailures,
+    buckets_for,
+    check_shared_checkpoint,
+    new_checkpoint_partitions,
+)
 from spark_udf.errors import OperatorConfigError, SparkOperatorError
 from spark_udf.flush import end_of_input_rows
-from spark_udf.operator import detect_plan
-from spark_udf.queries import query_names, query_outputs
+from spark_udf.pipeline import program_outputs
 from spark_udf.routing import DEFAULT_BUCKETS
-from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs, route_specs
+from spark_udf.rules import ProcessorSpec, processor_specs, route_specs
 from spark_udf.session import session
 from spark_udf.sinks import BatchSink, MatchHook
 from spark_udf.sources import (
@@ -152,7 +157,8 @@ def run_spark(
     available_now: bool = True,
     trigger_interval: str = "1 second",
     max_records_per_batch: int = 100_000,
-    buckets: int = DEFAULT_BUCKETS,
+    buckets: int | None = None,
+    shuffle_partitions: int | None = None,
     fmt: str = "jsonl",
     on_matches: MatchHook | None = None,
     stream: str | None = None,
@@ -187,8 +193,12 @@ def run_spark(
         Process what is there now, in micro-batches of ``max_records_per_batch``, then stop
         (finite input). ``False`` keeps polling every ``trigger_interval`` until SIGINT/SIGTERM
         (or ``stop``).
-    buckets:
-        Hash buckets of the operator (fixed for the life of a checkpoint).
+    buckets, shuffle_partitions:
+        Hash buckets per processor and Spark's shuffle partitions, both fixed for the life of
+        a checkpoint. ``None``: a rerun takes the checkpoint's; a new checkpoint gets them
+        from the cores Spark schedules on (:func:`spark_udf.cluster.partitions_for` and
+        :func:`~spark_udf.cluster.buckets_for`; shuffle partitions set when the session was
+        built are kept), and records them in its ``vigil.json``.
     fmt:
         ``jsonl`` (match objects, like the embedded engine) or ``parquet``.
     on_matches:
@@ -202,7 +212,10 @@ def run_spark(
         found fit to continue (default: :func:`spark_udf.session` with ``master``).
     on_progress:
         Called with each micro-batch's Spark progress report (a dict), plus ``eventRows``
-        (events read, each counted once) and ``endOfInput`` (the batch read the end mark);
+        (events read, each counted once), ``endOfInput`` (the batch read the end mark), and
+        since the previous report ``failedTasks`` (task attempts that failed and were
+        retried), ``stageRetries``, ``executorsLost`` (``host:port``) and ``executors`` (the
+        number registered; :class:`spark_udf.cluster.TaskFailures`);
         after the end-of-input flush with ``{"batchId", "endOfInput": True, "flush": True,
         "matches", "durationMs"}``.
     end_of_input:
@@ -248,17 +261,33 @@ def run_spark(
         raise OperatorConfigError(f"events path {events_path!r} does not exist")
     specs, skipped = _specs(program, lateness_ms)
     checkpoint = checkpoint or os.path.join(out, "_checkpoint")
-    # What the checkpoint holds must fit this run: checked before a JVM starts.
-    layout = StateLayout.of(specs, buckets, "redis" if from_redis else "jsonl")
+    if "://" not in checkpoint and not checkpoint.startswith("file:"):
+        # The JVM resolves a relative path against its own directory, which need not be ours.
+        checkpoint = os.path.abspath(checkpoint)
+    input_kind = "redis" if from_redis else "jsonl"
     index = None if from_redis else JsonLinesIndex(events_path)
     committed = last_committed(checkpoint)
     record = read_record(checkpoint)
+    if buckets is None and committed is not None:
+        # A checkpoint written before vigil.json recorded buckets used the default.
+        buckets = record.layout.buckets if record is not None else DEFAULT_BUCKETS
+    # What the checkpoint holds must fit this run: checked before a JVM starts.
+    layout = StateLayout.of(specs, buckets or DEFAULT_BUCKETS, input_kind)
     check_resumable(checkpoint, layout, committed, record,
                     None if index is None else index.counts())
     if spark is None:
         spark = session(master)
     elif callable(spark):
         spark = spark()
+    if committed is None:
+        partitions = new_checkpoint_partitions(spark, shuffle_partitions)
+        buckets = buckets or buckets_for(partitions)
+        layout = StateLayout.of(specs, buckets, input_kind, partitions=partitions)
+    else:
+        buckets = layout.buckets
+        if record is not None:
+            layout = replace(layout, partitions=record.layout.partitions)
+    check_shared_checkpoint(spark, checkpoint)
     plan = route_specs(SOURCE_TYPES, specs, json_col=EVENT_COLUMN, stream=stream,
                        buckets=buckets) if specs else None
     finite = available_now and end_of_input
@@ -275,36 +304,16 @@ def run_spark(
                           end_of_input=bool(in_stream_mark), **route)
 
     events = read()
-    inputs: list[Any] = []  # the frames the plan reads (Spark keeps an offset for each)
-    if plan is not None:
-        # Every rule set and metric in one stateful operator. A JSON-lines source routes its
-        # own rows (spark_udf.routing): the events never cross into the JVM as rows.
-        inputs.append(events if from_redis else read(route=plan))
-        outputs = detect_plan(inputs[-1], plan)
-    elif specs:
-        inputs.append(events)
-        outputs = detect_specs(events, specs, json_col=EVENT_COLUMN, stream=stream,
-                               buckets=buckets)
-    else:
-        outputs = None
-    if not isinstance(program, ProcessorSpec | Sequence) or isinstance(program, str) or (
-        isinstance(program, Sequence) and not all(isinstance(p, ProcessorSpec) for p in program)
-    ):
-        # Queries, and the dead letters of rows no keyed operator checks (undeclared streams,
-        # streams only queries read), from one stateless pass.
-        checked = {name for spec in specs for name in spec.key_cols}
-        queries = query_outputs(
-            events, program, json_col=EVENT_COLUMN, stream=stream, operator_streams=checked
-        )
-        if queries is not None:
-            outputs = queries if outputs is None else outputs.unionByName(queries)
-            inputs.append(events)
-            run_here = set(query_names(program))  # once: the condition is read per name
-            skipped = [name for name in skipped if name not in run_here]
-    if outputs is None:
+    # Every rule set and metric in one stateful operator; a JSON-lines source routes its own
+    # rows (spark_udf.routing): the events never cross into the JVM as rows.
+    routed = None if plan is None else (events if from_redis else read(route=plan), plan)
+    built = program_outputs(events, program, specs, skipped, json_col=EVENT_COLUMN,
+                            stream=stream, buckets=buckets, routed=routed)
+    if built.outputs is None:
         raise OperatorConfigError("the program declares nothing the Spark engine runs")
+    outputs, skipped = built.outputs, list(built.skipped)
 
-    layout = replace(layout, sources=len({id(frame) for frame in inputs}))
+    layout = replace(layout, sources=len(built.inputs))
     check_resumable(checkpoint, layout, committed, record)
     if committed is None or record is not None:
         # A new checkpoint takes this layout; a recorded one was just found the same. (One
@@ -325,19 +334,26 @@ def run_spark(
     input_rows = 0
     stopped = False
     with _StopSignal(stop) as signals:
-        query = writer.start()
-        try:
-            while query.isActive:
-                if signals.event.is_set():
-                    stopped = True
-                    _stop_after_batch(query, signals)
-                    break
-                query.awaitTermination(0.25)
-                input_rows += _new_progress(query, seen, on_progress)
-        finally:
-            if query.isActive:
-                query.stop()
-    input_rows += _new_progress(query, seen, on_progress)
+        for attempt in range(1, _STARTS + 1):
+            query = writer.start()
+            failures = TaskFailures(spark, str(query.runId))
+            try:
+                while query.isActive:
+                    if signals.event.is_set():
+                        stopped = True
+                        _stop_after_batch(query, signals)
+                        break
+                    query.awaitTermination(0.25)
+                    input_rows += _new_progress(query, seen, on_progress, failures)
+            except Exception:
+                if attempt == _STARTS or not _slow_python_start(query):
+                    raise
+                continue  # nothing ran: the same query starts again from the checkpoint
+            finally:
+                if query.isActive:
+                    query.stop()
+            break
+    input_rows += _new_progress(query, seen, on_progress, failures)
     error = query.exception()
     if error is not None and not stopped:
         raise bucket_error(error) or SparkOperatorError(f"the streaming query failed: {error}")
@@ -379,6 +395,18 @@ def run_spark(
 
 
 _STOP_WAIT_S = 300.0
+_STARTS = 3
+_SLOW_PYTHON = "Python worker failed to connect back"
+
+
+def _slow_python_start(query: Any) -> bool:
+    """Whether ``query`` failed before running a micro-batch because a Python process did not
+    connect back to Spark in time: Spark gives one it starts outside its worker daemon (the
+    driver's planning of a Python data source, for one) a fixed 10 s, which a loaded machine
+    can exceed while it imports pandas and pyarrow. Nothing ran, so starting the query again
+    from its checkpoint is safe."""
+    error = query.exception()
+    return error is not None and _SLOW_PYTHON in str(error) and not query.recentProgress
 
 
 def _stop_after_batch(query: Any, signals: _StopSignal) -> None:
@@ -404,6 +432,7 @@ def _new_progress(
     query: Any,
     seen: set[int],
     on_progress: Callable[[dict[str, Any]], None] | None,
+    failures: TaskFailures | None = None,
 ) -> int:
     rows = 0
     for progress in query.recentProgress:
@@ -419,7 +448,8 @@ def _new_progress(
         end = _reads_end_mark(progress)
         rows += events
         if on_progress is not None:
-            on_progress({**progress, "eventRows": events, "endOfInput": bool(end)})
+            health = failures.since_last() if failures is not None else {}
+            on_progress({**progress, "eventRows": events, "endOfInput": bool(end), **health})
     return rows
 
 
@@ -479,7 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--max-records-per-batch", type=int, default=100_000)
-    parser.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS)
+    parser.add_argument("--buckets", type=int, default=None)
+    parser.add_argument("--shuffle-partitions", type=int, default=None)
+    parser.add_argument("--pack", help="an archive of `vigil pack`, shipped to the executors")
     parser.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
     parser.add_argument("--follow", action="store_true",
                         help="keep polling for new input until Ctrl-C")
@@ -493,7 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = run_spark(
         program, args.events, out=args.out, dead_letter=args.dead_letter, master=args.master,
         checkpoint=args.checkpoint, available_now=not args.follow,
-        max_records_per_batch=args.max_records_per_batch, buckets=args.buckets, fmt=args.format,
+        max_records_per_batch=args.max_records_per_batch, buckets=args.buckets,
+        shuffle_partitions=args.shuffle_partitions, fmt=args.format,
+        spark=lambda: session(args.master, pack=args.pack),
     )
     print(json.dumps({**asdict(summary), "events_per_second": summary.events_per_second}),
           flush=True)

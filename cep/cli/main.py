@@ -10,10 +10,22 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cep.cli import alerts, check, convert, demo, explain, imports, registry, run, sample, serve
+from cep.cli import (
+    alerts,
+    check,
+    convert,
+    demo,
+    explain,
+    imports,
+    pack,
+    registry,
+    run,
+    sample,
+    serve,
+)
 from cep.cli.arguments import EXIT_OK, EXIT_USAGE, UsageError
 
-COMMANDS = (check, explain, run, registry, serve, alerts, sample, demo, imports, convert)
+COMMANDS = (check, explain, run, pack, registry, serve, alerts, sample, demo, imports, convert)
 """The modules whose ``configure_parser`` adds their sub-commands, in the order of ``--help``."""
 
 

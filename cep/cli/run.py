@@ -99,6 +99,11 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--master", default="local[*]", help="Spark master for --engine spark (default local[*])"
     )
     parser.add_argument(
+        "--pack", metavar="OUT.tar.gz",
+        help="--engine spark: the environment packed by `vigil pack`, shipped to the executors "
+        "(spark.archives) and run as their Python, so workers need no Vigil installed",
+    )
+    parser.add_argument(
         "--checkpoint", metavar="DIR",
         help="where the run keeps its state and input position: Spark's checkpoint (default "
         "OUT/_checkpoint), or the embedded engine's (saved every 5 s and when it stops; --out "
@@ -111,8 +116,8 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--buckets", type=positive_int, default=None, metavar="N",
-        help="--engine spark: hash buckets of the partition keys (default 16; fixed for the "
-        "life of a checkpoint)",
+        help="--engine spark: hash buckets of the partition keys (default: from the cluster's "
+        "cores when the checkpoint is made, at least 16; recorded in it and fixed for its life)",
     )
     parser.add_argument(
         "--outbox", metavar="PATH",
@@ -523,7 +528,8 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
         summary = run_spark(
             program.modules, inputs[0].path, out=out_dir, dead_letter=dead_dir,
             master=args.master, checkpoint=args.checkpoint, on_matches=on_matches,
-            stream=inputs[0].stream, spark=lambda: _spark_session(args.master, log_path),
+            stream=inputs[0].stream, spark=lambda: _spark_session(
+                args.master, log_path, getattr(args, "pack", None)),
             on_progress=_spark_progress, available_now=not follow,
             **({} if args.buckets is None else {"buckets": args.buckets}),
         )
@@ -590,9 +596,15 @@ def _spark_progress(progress: dict[str, Any]) -> None:
     else:
         print(f"  micro-batch {batch}: timers fired, windows closed ({took:.1f}s)",
               file=sys.stderr)
+    lost, failed = progress.get("executorsLost") or [], progress.get("failedTasks") or 0
+    retried = progress.get("stageRetries") or 0
+    if lost or failed or retried:
+        gone = f"executor(s) lost: {', '.join(lost)}; " if lost else ""
+        print(f"    {gone}{failed} task attempt(s) failed and retried, {retried} stage(s) "
+              "retried", file=sys.stderr)
 
 
-def _spark_session(master: str, log_path: str) -> Any:
+def _spark_session(master: str, log_path: str, pack: str | None = None) -> Any:
     """A Spark session whose JVM writes its console (log4j warnings, the Python workers'
     chatter) to ``log_path`` instead of sharing our standard output and error."""
     from spark_udf import session
@@ -604,7 +616,7 @@ def _spark_session(master: str, log_path: str) -> Any:
         sys.stderr.flush()
         os.dup2(log, 1)
         os.dup2(log, 2)
-        return session(master)
+        return session(master, pack=pack)
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)

@@ -261,3 +261,15 @@ def test_spark_is_the_default_engine_for_one_file_or_directory(capsys) -> None:
         "embedded"
     )
     assert "several --events inputs run in the embedded engine" in capsys.readouterr().err
+
+
+def test_spark_progress_lines_name_lost_executors_and_retries(capsys):
+    from cep.cli.run import _spark_progress
+
+    _spark_progress({"batchId": 3, "eventRows": 10, "durationMs": {"triggerExecution": 1000},
+                     "executorsLost": ["10.0.0.7:41233"], "failedTasks": 2, "stageRetries": 1})
+    _spark_progress({"batchId": 4, "eventRows": 10, "durationMs": {"triggerExecution": 1000}})
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1] == ("    executor(s) lost: 10.0.0.7:41233; 2 task attempt(s) failed and "
+                        "retried, 1 stage(s) retried")
+    assert len(lines) == 3  # a quiet micro-batch says nothing of executors
