@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -143,12 +143,23 @@ class JsonRoute:
         Stream of rows whose JSON names none.
     buckets:
         Number of hash buckets.
+    clocked:
+        Other processors' streams whose times are corrected for their device's clock: a
+        route of every row (``None``) times their rows as their own processor does, so
+        that a device's clock never moves the watermark (:mod:`cep.events.clock`).
     """
 
     json_column: str
     streams: Mapping[str | None, StreamRoute]
     default_stream: str | None
     buckets: int
+    clocked: Mapping[str, StreamRoute] = field(default_factory=dict)
+
+    def time_route(self, stream: Any) -> StreamRoute | None:
+        """The route whose fields give a row of ``stream`` its time."""
+        if None in self.streams and stream in self.clocked:
+            return self.clocked[stream]
+        return self.route_of(stream)
 
     def route_of(self, stream: Any) -> StreamRoute | None:
         """The route of a row of ``stream`` (``None`` for a stream the operator has no key for)."""
@@ -233,6 +244,8 @@ class _Router:
         fields: dict[str, pa.DataType] = {STREAM_FIELD: pa.string()}
         consistent = True
         time_fields: set[str] = set()
+        for sroute in route.clocked.values():
+            time_fields.update(sroute.time_inputs)
         for stream, sroute in route.streams.items():
             time_fields.update(sroute.time_inputs)
             for name in sroute.key_fields:
@@ -354,6 +367,17 @@ class _Router:
             else:
                 for row, text in zip(rows.tolist(), joined, strict=True):
                     keys[row] = text
+        if None in self.route.streams and stream_column.null_count < n:
+            for name, sroute in self.route.clocked.items():
+                rows = np.flatnonzero((streams == name).to_numpy())
+                if len(rows):
+                    part = table.take(pa.array(rows))
+                    times[rows] = corrected_time_column_ms(
+                        part.column(sroute.time_field).to_pandas(),
+                        part.column(sroute.clock.sent_field).to_pandas(),
+                        part.column(sroute.clock.received_field).to_pandas(), sroute.clock,
+                        sroute.time_field, sroute.unit_ms, ahead_ms=sroute.ahead_ms,
+                    )
         times[end] = END_MARK_MS
         need = np.full(n, NEED_UNKNOWN, dtype=np.int8)
         timed = ~np.isnan(times) & ~end
@@ -396,17 +420,18 @@ class _Router:
             sroute = self.route.route_of(stream)
             if sroute is None:
                 continue
+            timing = self.route.time_route(stream) or sroute
             try:
                 # Bounded as the column-wise path bounds it: a time that cannot be right stays
                 # NaN, so it never moves the watermark (the processor dead-letters the row).
-                if sroute.clock is None:
-                    times[i] = event_time_ms(value.get(sroute.time_field), sroute.unit_ms,
-                                             sroute.time_field, ahead_ms=sroute.ahead_ms)
+                if timing.clock is None:
+                    times[i] = event_time_ms(value.get(timing.time_field), timing.unit_ms,
+                                             timing.time_field, ahead_ms=timing.ahead_ms)
                 else:
                     times[i] = corrected_event_time_ms(
-                        value.get(sroute.time_field), value.get(sroute.clock.sent_field),
-                        value.get(sroute.clock.received_field), sroute.clock,
-                        sroute.time_field, sroute.unit_ms, ahead_ms=sroute.ahead_ms,
+                        value.get(timing.time_field), value.get(timing.clock.sent_field),
+                        value.get(timing.clock.received_field), timing.clock,
+                        timing.time_field, timing.unit_ms, ahead_ms=timing.ahead_ms,
                     )
             except BadEventError:
                 pass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -169,6 +169,19 @@ def route_specs(
         if route is None:
             return None
         entries.append((route, spec.processor, routed_layout(columns, json_col, default)))
+    # A processor of one stream times every row by its time field; the rows of another
+    # processor's clock-corrected stream take their corrected time instead, so that the
+    # watermark is never moved by a device's clock.
+    clocked = {
+        name: route.streams.get(name) or route.streams[None]
+        for (route, _, _), spec in zip(entries, specs, strict=True)
+        for name in clock_of(spec.processor) if name in spec.time_cols
+    }
+    entries = [
+        (replace(route, clocked={n: r for n, r in clocked.items() if n not in spec.time_cols}),
+         processor, layout)
+        for (route, processor, layout), spec in zip(entries, specs, strict=True)
+    ]
     return RoutePlan(tuple(entries), buckets, max(spec.lateness_ms for spec in specs))
 
 

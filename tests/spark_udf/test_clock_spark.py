@@ -79,6 +79,32 @@ def test_rows_route_with_the_corrected_time(odd: bool) -> None:
     assert times[:4] == [BASE_MS + 7, BASE_MS + 1, None, None]
 
 
+TWO = PROGRAM + """
+stream txn (card string, amount float, ts timestamp) time ts unit ms
+rule big from txn by card pattern b define b as amount > 100
+"""
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_another_processors_rows_take_their_corrected_time(odd: bool) -> None:
+    """A processor of one stream (txn) routes every row; the rows of the clock-corrected
+    stream of another processor take their corrected time there too, so that a device's clock
+    (here six hours ahead) never moves the watermark."""
+    specs, _ = processor_specs(TWO)
+    plan = route_specs({SEQ_COLUMN: "bigint", "_event": "string"}, specs)
+    rows = [
+        {"stream": "app", "user": "u", "action": "x", "ts": BASE_MS + 6 * HOUR,
+         "sent_at": BASE_MS + 6 * HOUR, "received_at": BASE_MS + 5},
+        {"stream": "txn", "card": "c", "amount": 1.0, "ts": BASE_MS + 3},
+    ]
+    texts = [json.dumps(r) for r in rows]
+    if odd:
+        texts.append('{"stream": "txn", "card": "c", "amount": NaN, "ts": 1}')
+    for route, processor, _ in plan.entries:
+        times = _routed_times(texts, route, processor)  # asserts no time an hour ahead
+        assert times[:2] in ([BASE_MS + 5, BASE_MS + 3], [BASE_MS + 5, None]), times
+
+
 def test_spark_refuses_clock_correction_over_its_own_time_expressions(spark) -> None:
     (spec,), _ = processor_specs(PROGRAM)
     frame = spark.createDataFrame([('{"user": "u"}',)], "_event string")
@@ -138,3 +164,37 @@ def test_run_spark_equals_the_embedded_engine(spark, tmp_path) -> None:
     with pytest.raises(OperatorConfigError, match="stream 'app'"):
         detect_specs(read_jsonl(spark, str(events), streaming=False),
                      processor_specs(str(rules))[0])
+
+
+@pytest.mark.slow
+def test_run_spark_with_another_stream_equals_the_embedded_engine(spark, tmp_path) -> None:
+    """Several micro-batches of a clock-corrected stream and another one: the other
+    processor's rows must not see the devices' clocks (one phone is five hours ahead), or
+    the watermark would run ahead and later events be late on Spark only."""
+    rules = tmp_path / "two.vigil"
+    rules.write_text(TWO)
+    sample = []
+    for i, event in enumerate(_events(200)):
+        sample.append({"stream": "app", **event})
+        sample.append({"stream": "txn", "card": f"c{i % 7}", "amount": 50.0 + (i % 5) * 40,
+                       "ts": event["received_at"]})
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps(e) + "\n" for e in sample))
+    run_spark(str(rules), str(events), out=str(tmp_path / "out"),
+              dead_letter=str(tmp_path / "dead"), spark=spark, max_records_per_batch=100,
+              buckets=4)
+    engine = Engine()
+    engine.register(str(rules))
+    for event in sample:
+        engine.feed(event)
+    engine.close()
+    expected = engine.drain()
+    got = read_outputs(str(tmp_path / "out"))
+    assert {m["name"] for m in expected} == {"big", "login_buy"}
+    assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
+        json.dumps(m, sort_keys=True) for m in expected
+    )
+    dead = read_outputs(str(tmp_path / "dead"))
+    assert sorted(d["reason"] for d in dead) == sorted(
+        d["reason"] for d in engine.drain_dead_letters()
+    )
