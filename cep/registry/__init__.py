@@ -3,7 +3,7 @@ changed whole or not at all (:mod:`cep.registry.registry`, :mod:`cep.registry.st
 a running engine takes a new version (:mod:`cep.registry.changes`,
 :mod:`cep.registry.follower`)."""
 
-from cep.registry.changes import ProgramChange, apply_change, build_engine, diff_entries
+from cep.registry.changes import ProgramChange, apply_change, build_engine, written_change
 from cep.registry.follower import AppliedVersion, RegistryFollower
 from cep.registry.registry import ChangeRefused, ChangeResult, Registry
 from cep.registry.store import Change, Entry, RegistryError, RegistryStore
@@ -21,5 +21,5 @@ __all__ = [
     "RegistryStore",
     "apply_change",
     "build_engine",
-    "diff_entries",
+    "written_change",
 ]

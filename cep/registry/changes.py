@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from cep.engine import Engine
 from cep.registry.store import STANDING, Entry
 
-__all__ = ["ProgramChange", "apply_change", "build_engine", "diff_entries", "written_change"]
+__all__ = ["ProgramChange", "apply_change", "build_engine", "written_change"]
 
 
 @dataclass(frozen=True)
@@ -44,32 +44,6 @@ class ProgramChange:
             "replaced": [e.name for e in self.replaced],
             "removed": [e.name for e in self.removed],
         }
-
-
-def diff_entries(before: Sequence[Entry], after: Sequence[Entry]) -> ProgramChange:
-    """What changed from the declarations ``before`` to ``after`` (by space and name; a
-    declaration of another kind under the same standing name is a replacement).
-
-    Examples
-    --------
-    >>> a = Entry("standing", "big", "rule", 1, "rule big ...")
-    >>> b = Entry("standing", "big", "rule", 2, "rule big ... 900")
-    >>> s = Entry("stream", "txn", "stream", 1, "stream txn ...")
-    >>> change = diff_entries([s, a], [s, b])
-    >>> change.names(), change.rebuilds
-    ({'added': [], 'replaced': ['big'], 'removed': []}, False)
-    """
-    old = {(e.space, e.name): e for e in before}
-    new = {(e.space, e.name): e for e in after}
-    change = ProgramChange()
-    for key, entry in new.items():
-        was = old.get(key)
-        if was is None:
-            change.added.append(entry)
-        elif was.text != entry.text or was.kind != entry.kind:
-            change.replaced.append(entry)
-    change.removed.extend(e for key, e in old.items() if key not in new)
-    return change
 
 
 def written_change(
