@@ -156,15 +156,18 @@ class JsonRoute:
     clocked: Mapping[str, StreamRoute] = field(default_factory=dict)
 
     def time_route(self, stream: Any) -> StreamRoute | None:
-        """The route whose fields give a row of ``stream`` its time."""
-        if None in self.streams and stream in self.clocked:
+        """The route whose fields give a row of ``stream`` (any JSON value a line holds) its
+        time."""
+        if None in self.streams and isinstance(stream, str) and stream in self.clocked:
             return self.clocked[stream]
         return self.route_of(stream)
 
     def route_of(self, stream: Any) -> StreamRoute | None:
         """The route of a row of ``stream`` (``None`` for a stream the operator has no key for)."""
         route = self.streams.get(None)
-        return route if route is not None else self.streams.get(stream)
+        if route is not None:
+            return route
+        return self.streams.get(stream) if isinstance(stream, str) else None
 
 
 # ---------------------------------------------------------------------------- key texts
