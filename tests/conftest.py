@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 
 import pytest
+from redis_servers import free_port, redis_server
 
 
 @pytest.fixture
@@ -20,3 +21,11 @@ def unavailable() -> Callable[[str], None]:
         pytest.skip(reason)
 
     return give_up
+
+
+@pytest.fixture
+def redis_port(tmp_path, unavailable):
+    """The port of a throwaway ``redis-server`` on 127.0.0.1 (no password, no TLS)."""
+    port = free_port()
+    with redis_server(tmp_path, [f"port {port}"], f"redis://127.0.0.1:{port}/0", unavailable):
+        yield port

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 from collections import Counter
 from typing import Any
 
@@ -64,10 +63,3 @@ def write_jsonl(path: str, events: list[dict[str, Any]], order: int = 0) -> None
 def ids(rows: list[dict[str, Any]]) -> Counter:
     """Multiset of (name, match_id): what equivalence compares."""
     return Counter((r["name"], r["match_id"]) for r in rows)
-
-
-def free_port() -> int:
-    """A local TCP port nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import redis
-from spark_support import free_port
+from redis_servers import free_port
 
 from cep.events.event import BadEventError, parse_json_line
 from cep.events.limits import shown_line

@@ -5,7 +5,6 @@ begun before the kill completes after it."""
 from __future__ import annotations
 
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import time
 from contextlib import closing
 
 import httpx
+from redis_servers import free_port
 from service_support import STREAM, lines, rule, txn
 
 from cep.cli import main
@@ -21,12 +21,6 @@ from cep.service import TokenStore
 
 PROBE = ("rule probe from txn by card pattern s b within 1h "
          "define s as amount < 1, b as amount > 500\n")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Server:
@@ -64,7 +58,7 @@ def test_sigkill_and_restart_lose_and_repeat_nothing(tmp_path):
     token = tokens.create("ana", "write")
     tokens.close()
     auth = {"Authorization": f"Bearer {token}"}
-    port = _free_port()
+    port = free_port()
     server = _Server(tmp_path, port)
     client = httpx.Client(base_url=server.url, headers=auth, timeout=30)
     assert client.put("/queries/probe", content=STREAM + PROBE).status_code == 201

@@ -1,5 +1,4 @@
-"""Fixtures of the embedded engine's tests: a throwaway Redis server for the Redis Streams
-input (as ``tests/spark_udf/conftest.py`` starts one for the Spark source)."""
+"""Throwaway Redis servers for the tests of both engines' Redis Streams inputs."""
 
 from __future__ import annotations
 
@@ -7,9 +6,10 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
-import pytest
 import redis
 
 
@@ -20,16 +20,20 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def redis_port(tmp_path, unavailable) -> Iterator[int]:
-    """The port of a throwaway ``redis-server`` on 127.0.0.1 (no password, no persistence)."""
+@contextmanager
+def redis_server(
+    directory: Path, config: Sequence[str], client_url: str, unavailable: Callable[[str], None]
+) -> Iterator[None]:
+    """Run ``redis-server`` with ``config`` (``redis.conf`` lines; no persistence) in
+    ``directory`` until the block ends, once ``client_url`` answers ``PING``."""
     binary = shutil.which("redis-server")
     if binary is None:
         unavailable("redis-server is not installed (apt-get install -y redis-server)")
-    port = free_port()
-    conf = tmp_path / "redis.conf"
-    conf.write_text(f'bind 127.0.0.1\nport {port}\nsave ""\nappendonly no\ndir {tmp_path}\n')
-    log = tmp_path / "redis.log"
+    conf = directory / "redis.conf"
+    conf.write_text("\n".join([
+        "bind 127.0.0.1", 'save ""', "appendonly no", f"dir {directory}", *config,
+    ]) + "\n")
+    log = directory / "redis.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([binary, str(conf)], stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -38,14 +42,14 @@ def redis_port(tmp_path, unavailable) -> Iterator[int]:
             if proc.poll() is not None:
                 unavailable(f"redis-server did not start: {log.read_text()[-500:]}")
             try:
-                with redis.Redis(port=port, socket_timeout=1) as client:
+                with redis.Redis.from_url(client_url, socket_timeout=1) as client:
                     client.ping()
                 break
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        yield port
+        yield
     finally:
         proc.terminate()
         proc.wait(timeout=10)
