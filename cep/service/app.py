@@ -248,7 +248,7 @@ def create_app(service: Service) -> FastAPI:
                 "missing": [p for p in wanted if p not in found],
             })
         if stream is None:
-            return JSONResponse({"streams": service.recent.streams()})
+            return JSONResponse(service.recent.describe())
         return JSONResponse({"events": [
             {"position": position, "stream": stream, "event": event}
             for _, position, event in service.recent.last(stream, limit)]})
@@ -289,6 +289,19 @@ def create_app(service: Service) -> FastAPI:
 
     app.get("/matches", summary="Matches after a cursor, oldest first")(page("matches",
                                                                               "matches"))
+
+    @app.get("/matches/newest", summary="The newest matches (of a name), oldest first: a "
+             "metric's last windows, the matches before following the stream")
+    async def newest_matches(
+        principal: Reader,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = PAGE,
+        name: Annotated[str | None, Query(description="only this rule's, query's or "
+                                                      "metric's")] = None,
+    ) -> JSONResponse:
+        rows = await run_in_threadpool(match_log.newest, "matches", limit=limit, name=name)
+        last = rows[-1]["cursor"] if rows else await run_in_threadpool(match_log.last_cursor,
+                                                                       "matches")
+        return JSONResponse({"matches": rows, "next": last})
     app.get("/matches/stream", summary="Matches as Server-Sent Events (id = cursor)",
             response_class=StreamingResponse)(live("matches", "match"))
     app.get("/dead-letters", summary="Dead letters after a cursor, oldest first")(

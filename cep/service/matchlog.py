@@ -57,7 +57,11 @@ _LOGS = {"matches": "name", "dead_letters": "reason"}
 @dataclass
 class BatchRecord:
     """One posted batch as the engine fed it: its number, the registry version it ran under,
-    its body and stream (for a replay), and what it reported."""
+    its body and stream (for a replay), and what it reported.
+
+    ``documents`` gives, by index in ``matches``, the arrival position and the posted event of
+    a query's match (:func:`cep.service.recent.query_documents`): the log stores them with the
+    match as ``document_position`` and ``document``, for a reader to see what it matched."""
 
     batch: int
     registry_version: int
@@ -65,6 +69,7 @@ class BatchRecord:
     stream: str | None = None
     matches: list[dict[str, Any]] = field(default_factory=list)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    documents: dict[int, tuple[int, dict[str, Any] | None]] = field(default_factory=dict)
 
 
 class MatchLog:
@@ -145,9 +150,10 @@ class MatchLog:
                     "VALUES (?, ?, ?, ?)",
                     [
                         (record.batch, str(m.get("name", "")), record.registry_version,
-                         _json({**m, "registry_version": record.registry_version,
+                         _json({**m, **_document(record, i),
+                                "registry_version": record.registry_version,
                                 "batch": record.batch}))
-                        for m in record.matches
+                        for i, m in enumerate(record.matches)
                     ],
                 )
                 db.executemany(
@@ -196,6 +202,17 @@ class MatchLog:
             ).fetchall()
         return [{**json.loads(body), "cursor": cursor} for cursor, body in rows]
 
+    def newest(self, log: str, *, limit: int, name: str | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` entries of ``log`` (of ``name``), oldest first."""
+        column = _LOGS[log]
+        where, params = ("", []) if name is None else (f"WHERE {column} = ?", [name])
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT cursor, body FROM {log} {where} ORDER BY cursor DESC LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        return [{**json.loads(body), "cursor": cursor} for cursor, body in reversed(rows)]
+
     def last_cursor(self, log: str) -> int:
         """The newest cursor of ``log`` (0 when empty)."""
         if log not in _LOGS:
@@ -208,6 +225,16 @@ class MatchLog:
         with self._write_lock, self._read_lock:
             self._writer.close()
             self._reader.close()
+
+
+def _document(record: BatchRecord, index: int) -> dict[str, Any]:
+    found = record.documents.get(index)
+    if found is None:
+        return {}
+    position, document = found
+    if document is None:  # too large to copy into every match of it
+        return {"document_position": position}
+    return {"document_position": position, "document": document}
 
 
 def _json(value: Any) -> str:

@@ -34,6 +34,7 @@ from cep.registry import AppliedVersion, Registry, RegistryFollower
 from cep.service.alerting import ServiceAlerts
 from cep.service.intake import parse_events
 from cep.service.matchlog import BatchRecord, MatchLog
+from cep.service.recent import query_documents
 from query_lang import Program, ast
 
 __all__ = ["CONSUMER", "EngineRunner", "IngestResult", "RunnerStopped"]
@@ -262,8 +263,12 @@ class EngineRunner:
         after = engine.stats
         self._batch += 1
         self._pending_bytes += len(job.body)
+        matches = engine.drain()
+        # A query's match names its event: the log keeps that event with it (the console).
+        documents = query_documents(matches, job.pieces, job.stream, before.events,
+                                    {n: d.id_field for n, d in engine.streams.items()})
         record = BatchRecord(self._batch, self.applied, job.body, job.stream,
-                             engine.drain(), engine.drain_dead_letters())
+                             matches, engine.drain_dead_letters(), documents)
         late = after.late - before.late
         bad = after.bad - before.bad
         reasons = Counter(d.get("reason", "") for d in record.dead_letters)

@@ -15,7 +15,7 @@ from cep.service.alerting import ServiceAlerts
 from cep.service.matchlog import MatchLog
 from cep.service.named import NamedQueries
 from cep.service.ratelimit import RateLimiter
-from cep.service.recent import RECENT, RecentEvents
+from cep.service.recent import RECENT, RECENT_FILE, RecentEvents
 from cep.service.runner import EngineRunner
 from cep.service.tokens import TokenStore
 
@@ -57,7 +57,7 @@ class ServiceConfig:
         Seconds between keep-alive comments of an idle Server-Sent Events stream.
     recent:
         Events kept per stream for the console (``POST /try``, ``GET /events/recent``; 0:
-        none).
+        none), in ``recent.sqlite`` of the state directory across restarts.
     env:
         Where webhook secrets are read (default: the environment).
     make_engine:
@@ -113,7 +113,7 @@ class Service:
         )
         self.named = NamedQueries(self.registry)
         self.limiter = RateLimiter(config.rate, config.burst)
-        self.recent = RecentEvents(config.recent)
+        self.recent = RecentEvents(config.recent, os.path.join(config.state_dir, RECENT_FILE))
         self.stopping = False
 
     def start(self) -> None:
@@ -130,6 +130,7 @@ class Service:
         try:
             self.runner.stop()
         finally:
+            self.recent.close()
             self.alerts.close()
             self.match_log.close()
             self.tokens.close()

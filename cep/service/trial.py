@@ -81,7 +81,7 @@ def try_text(
             engine.reject(piece)
     engine.close()  # end of input: windows close, pending absences fire
     received = sum(len(p) if isinstance(p, EventBatch) else 1 for p in pieces)
-    return {
+    answer = {
         "source": source,
         "events": received,
         "names": [d.name for d in standing],
@@ -89,6 +89,11 @@ def try_text(
         "dead_letters": engine.drain_dead_letters(),
         "explain": _explanations(standing, engine, body, stream if events is not None else None),
     }
+    if events is None:
+        # Why there were so few events, if there were: what the service keeps of each stream.
+        kept = recent.describe()
+        answer["recent"] = {**kept, "streams": {s: kept["streams"].get(s, 0) for s in streams}}
+    return answer
 
 
 def _engine(module: ast.Module, decls: list[ast.Declaration], entries: list[Entry]) -> Engine:

@@ -62,6 +62,8 @@ function signOut(message) {
   sessionStorage.removeItem("vigil-token");
   state.token = null;
   if (state.stream) state.stream.abort();
+  state.cursor = null;  // the next sign-in starts the list again
+  $("matches").replaceChildren();
   $("app").hidden = true;
   $("signout").hidden = true;
   $("login").hidden = false;
@@ -79,6 +81,7 @@ $("login-form").addEventListener("submit", async (event) => {
   }
 });
 $("signout").addEventListener("click", () => signOut());
+$("alerts-refresh").addEventListener("click", () => loadAlerts());
 
 // ------------------------------------------------------------------ tabs
 
@@ -99,6 +102,8 @@ tabs.forEach((tab, i) => {
   tab.addEventListener("keydown", (event) => {
     const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
     if (step) showTab(tabs[(i + step + tabs.length) % tabs.length]);
+    if (event.key === "Home") showTab(tabs[0]);
+    if (event.key === "End") showTab(tabs[tabs.length - 1]);
   });
 });
 
@@ -154,70 +159,112 @@ for (const th of document.querySelectorAll("#query-table th")) {
 }
 $("new-query").addEventListener("click", () => openEditor(null));
 
-// A small line chart per metric and numeric value (up to four): each window's value over the
-// window's end, from the metric's newest windows.
+// A small time-series chart per metric and numeric value (up to four): each window's value
+// at the window's end, over the metric's newest windows; a keyed metric draws a line per key
+// (the four keys with the most windows). A window reported again (a correction) counts once,
+// with its last value.
+const CHART_FIELDS = 4, CHART_KEYS = 4, CHART_WINDOWS = 200;
+const CHART_COLOURS = ["#0b5cad", "#b3261e", "#1e6b34", "#7b2a9a"];
+
 async function drawCharts(metrics) {
-  const box = $("charts");
   const figures = [];
   for (const metric of metrics) {
-    const page = await api("GET", `/matches?name=${encodeURIComponent(metric.name)}&limit=1000`);
-    const series = new Map();
-    for (const m of page.matches.slice(-200)) {
+    const page = await api("GET", `/matches/newest?name=${encodeURIComponent(metric.name)}` +
+                                  "&limit=1000");
+    const windows = new Map();
+    for (const m of page.matches) {
+      windows.set(JSON.stringify([m.key || {}, m.window ? m.window.start : m.start]), m);
+    }
+    const fields = new Map();  // field -> key label -> points
+    for (const m of windows.values()) {
+      const label = keyLabel(m.key);
       for (const [field, value] of Object.entries(m.values || {})) {
-        if (typeof value !== "number") continue;
-        if (!series.has(field)) {
-          if (series.size >= 4) continue;
-          series.set(field, []);
+        if (typeof value !== "number" || !Number.isFinite(value)) continue;
+        if (!fields.has(field)) {
+          if (fields.size >= CHART_FIELDS) continue;
+          fields.set(field, new Map());
         }
-        series.get(field).push({ t: Date.parse(m.end), v: value, field, end: m.end });
+        const lines = fields.get(field);
+        if (!lines.has(label)) lines.set(label, []);
+        lines.get(label).push({ t: Date.parse(m.end), v: value, end: m.end });
       }
     }
-    for (const points of series.values()) figures.push(chart(metric.name, points));
+    for (const [field, lines] of fields) {
+      const chosen = [...lines.entries()].sort((a, b) => b[1].length - a[1].length)
+        .slice(0, CHART_KEYS)
+        .map(([label, points]) => [label, points.sort((p, q) => p.t - q.t).slice(-CHART_WINDOWS)]);
+      figures.push(chart(metric.name, field, chosen));
+    }
   }
-  if (figures.length) box.replaceChildren(...figures);
+  $("charts").replaceChildren(...(figures.length ? figures
+    : [el("p", { class: "help", text: "No metric has reported a window yet." })]));
+}
+
+function keyLabel(key) {
+  return Object.entries(key || {}).map(([k, v]) => `${k}=${cell(v)}`).join(", ");
 }
 
 function short(value) {
   return Number(value.toPrecision(4)).toLocaleString("en");
 }
 
-function chart(name, points) {
-  const W = 340, H = 120, P = 24, L = 48, NS = "http://www.w3.org/2000/svg";
+function svgEl(tag, attrs = {}, text) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function chart(name, field, lines) {
+  const W = 360, H = 140, P = 24, L = 48;
+  const points = lines.flatMap(([, pts]) => pts);
   const ts = points.map((p) => p.t), vs = points.map((p) => p.v);
   const t0 = Math.min(...ts), t1 = Math.max(...ts), v0 = Math.min(0, ...vs), v1 = Math.max(...vs);
   const x = (t) => L + (t1 > t0 ? (t - t0) / (t1 - t0) : 0.5) * (W - L - P);
   const y = (v) => H - P - (v1 > v0 ? (v - v0) / (v1 - v0) : 0.5) * (H - 2 * P);
-  const svg = document.createElementNS(NS, "svg");
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.setAttribute("width", W);
-  svg.setAttribute("height", H);
-  svg.setAttribute("role", "img");
-  const title = document.createElementNS(NS, "title");
-  title.textContent = `${name}: ${points[0].field} over ${points.length} windows, ` +
-    `from ${short(v0)} to ${short(v1)}`;
-  svg.append(title);
-  const axis = document.createElementNS(NS, "path");
-  axis.setAttribute("d", `M${L} ${P / 2}V${H - P}H${W - P / 2}`);
-  axis.setAttribute("stroke", "#5a6270");
-  axis.setAttribute("fill", "none");
-  const line = document.createElementNS(NS, "polyline");
-  line.setAttribute("points", points.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`)
-    .join(" "));
-  line.setAttribute("fill", "none");
-  line.setAttribute("stroke", "#0b5cad");
-  line.setAttribute("stroke-width", "2");
-  svg.append(axis, line);
+  const windows = Math.max(...lines.map(([, pts]) => pts.length));
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img" });
+  svg.append(svgEl("title", {}, `${name}: ${field} over ${windows} window(s)` +
+    (lines.length > 1 ? ` for ${lines.length} keys` : "") + `, from ${short(v0)} to ${short(v1)}`));
+  svg.append(svgEl("path", { d: `M${L} ${P / 2}V${H - P}H${W - P / 2}`, stroke: "#5a6270",
+                             fill: "none" }));
+  lines.forEach(([label, pts], i) => {
+    svg.append(svgEl("polyline", {
+      points: pts.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(" "),
+      fill: "none", stroke: CHART_COLOURS[i % CHART_COLOURS.length], "stroke-width": 2,
+      "data-key": label }));
+    if (pts.length === 1) {
+      svg.append(svgEl("circle", { cx: x(pts[0].t).toFixed(1), cy: y(pts[0].v).toFixed(1), r: 3,
+                                   fill: CHART_COLOURS[i % CHART_COLOURS.length] }));
+    }
+  });
   for (const [v, at] of [[v1, y(v1)], [v0, y(v0)]]) {
-    const label = document.createElementNS(NS, "text");
-    label.setAttribute("x", String(L - 4));
-    label.setAttribute("y", String(at + 4));
-    label.setAttribute("font-size", "10");
-    label.setAttribute("text-anchor", "end");
-    label.textContent = short(v);
-    svg.append(label);
+    svg.append(svgEl("text", { x: L - 4, y: at + 4, "font-size": 10, "text-anchor": "end" },
+                     short(v)));
   }
-  return el("figure", {}, svg, el("figcaption", { text: `${name} · ${points[0].field} · ` +
-    `${points.length} windows to ${points[points.length - 1].end}` }));
+  const first = points.find((p) => p.t === t0), last = points.find((p) => p.t === t1);
+  svg.append(svgEl("text", { x: L, y: H - 6, "font-size": 10 }, clock(first.end)));
+  svg.append(svgEl("text", { x: W - P / 2, y: H - 6, "font-size": 10, "text-anchor": "end" },
+                   clock(last.end)));
+  let legend = null;
+  if (lines.length > 1 || lines[0][0]) {
+    legend = el("ul", { class: "legend", "aria-label": "Keys" });
+    lines.forEach(([label], i) => {
+      const item = el("li", { text: label || "(no key)" });
+      // A CSSOM property, not a style attribute: the page's policy refuses inline styles.
+      item.style.setProperty("--swatch", CHART_COLOURS[i % CHART_COLOURS.length]);
+      legend.append(item);
+    });
+  }
+  return el("figure", { "data-metric": name, "data-field": field }, svg,
+    el("figcaption", { text: `${name} · ${field} · ${windows} window(s) to ${last.end}` }),
+    legend);
+}
+
+// An ISO time as the chart's axis shows it: the day and the minute, or the second within it.
+function clock(iso) {
+  const [day, time] = iso.split("T");
+  return `${day.slice(5)} ${time.slice(0, time.endsWith(":00.000Z") ? 5 : 8)}`;
 }
 
 // ------------------------------------------------------------------ the editor
@@ -230,6 +277,7 @@ async function openEditor(name) {
   $("automaton").hidden = true;
   $("save-result").textContent = "";
   $("try-result").replaceChildren();
+  describeRecent();
   if (name) {
     const one = await api("GET", `/queries/${encodeURIComponent(name)}`);
     $("name").value = one.name;
@@ -271,7 +319,10 @@ async function check() {
     errors = (error.problem && error.problem.errors) || [{ message: error.message }];
   }
   if (seq !== state.checkSeq) return;  // a newer check is on its way
-  state.bad = new Map(errors.filter((e) => e.line).map((e) => [e.line, e.message]));
+  state.bad = new Map();
+  for (const e of errors) {
+    if (e.line && !state.bad.has(e.line)) state.bad.set(e.line, e);  // the first of a line
+  }
   list.replaceChildren(...errors.map((e) => el("li", {
     text: e.line ? `line ${e.line}, column ${e.column}: ${e.message}` : e.message })));
   if (!errors.length) list.append(el("li", { class: "ok", text: "No problems." }));
@@ -411,18 +462,61 @@ $("try-run").addEventListener("click", async () => {
     parts.push(el("div", { class: "explain" },
       el("h3", { text: `Query ${x.query} on event ${x.event + 1}: ` +
         (x.matched ? "matches" : "no match") }),
-      documentWithHighlights(x.document, x.highlights || {}),
+      fieldList(x.document, x.highlights || {}, "The document, highlights marked"),
       el("pre", { text: x.error || x.explain })));
   }
+  const note = data.recent ? emptyRecent(data.recent) : null;
+  if (note) parts.splice(1, 0, el("p", { class: "notice", text: note }));
   out.replaceChildren(...parts);
 });
 
-// The document's fields, the highlighted spans of each marked.
-function documentWithHighlights(doc, highlights) {
-  const box = el("div", { class: "doc", "aria-label": "The document, highlights marked" });
+// Why a trial over the recent events had none of a stream, or null when each had some.
+function emptyRecent(recent) {
+  if (!recent.size) return "This service keeps no recent events: paste events to try the text.";
+  const names = Object.keys(recent.streams);
+  if (!names.length) return "The text reads no stream: there are no recent events to try it on.";
+  const empty = names.filter((name) => !recent.streams[name]);
+  if (!empty.length) return null;
+  const them = empty.length > 1 ? "them" : "it";
+  return `No recent events of ${empty.join(", ")}: ` + (recent.persistent
+    ? `none has been posted to ${them} through this service (it keeps the last ${recent.size} ` +
+      "events of each stream in its state directory, across restarts)."
+    : `none has been posted to ${them} since the service started (it keeps the last ` +
+      `${recent.size} events of each stream in memory only: a restart empties them).`) +
+    " Post events to the stream, or paste some here.";
+}
+
+// What the service keeps to try a text on, said next to the choice.
+async function describeRecent() {
+  const out = $("try-kept");
+  let info;
+  try {
+    info = await api("GET", "/events/recent");
+  } catch (error) {
+    out.textContent = error.message;
+    return;
+  }
+  const counts = Object.entries(info.streams).map(([name, n]) => `${name} ${n}`);
+  if (!info.size) {
+    out.textContent = "This service keeps no recent events: paste some to try a text.";
+  } else if (!counts.length) {
+    out.textContent = "The service keeps no recent events yet: none has been posted " +
+      (info.persistent ? "through it." : "since it started (it keeps them in memory only).");
+  } else {
+    out.textContent = `Kept by the service (the last ${info.size} of each stream` +
+      (info.persistent ? ", across restarts" : ", in memory only") +
+      (info.restored ? `; ${info.restored} read back when it started` : "") +
+      `): ${counts.join(", ")}.`;
+  }
+}
+
+// An event's or a document's fields, one a line, the highlighted spans of each marked
+// (highlights: field -> [start, end) character ranges of its value).
+function fieldList(doc, highlights, label) {
+  const box = el("div", { class: "doc", role: "group", "aria-label": label });
   for (const [field, value] of Object.entries(doc)) {
     const text = typeof value === "string" ? value : JSON.stringify(value);
-    const line = el("div", {}, el("strong", { text: field + ": " }));
+    const line = el("div", { "data-field": field }, el("strong", { text: field + ": " }));
     let at = 0;
     const spans = (highlights[field] || []).slice().sort((p, q) => p[0] - q[0]);
     for (const [start, end] of spans) {
@@ -438,6 +532,9 @@ function documentWithHighlights(doc, highlights) {
 
 // ------------------------------------------------------------------ live matches
 
+const LIVE_FIRST = 20;  // matches shown on connecting, before those that come
+const LIVE_KEPT = 500;  // matches the list keeps
+
 // EventSource cannot send the Authorization header: the stream is read with fetch.
 async function follow() {
   if (state.stream) state.stream.abort();
@@ -446,8 +543,12 @@ async function follow() {
   const label = $("live-state");
   while (!control.signal.aborted && state.token) {
     try {
-      const query = state.cursor !== null ? `?after=${state.cursor}` : "";
-      const answer = await fetch("/matches/stream" + query, {
+      if (state.cursor === null) {  // first the newest ones, then what comes after them
+        const page = await api("GET", `/matches/newest?limit=${LIVE_FIRST}`);
+        page.matches.forEach(showMatch);
+        state.cursor = page.next;
+      }
+      const answer = await fetch(`/matches/stream?after=${state.cursor}`, {
         headers: { Authorization: "Bearer " + state.token, Accept: "text/event-stream" },
         signal: control.signal });
       if (!answer.ok) throw new Error(`${answer.status} ${answer.statusText}`);
@@ -484,41 +585,99 @@ function onEvent(block) {
   if (fields.event !== "match" || !fields.data) return;
   const match = JSON.parse(fields.data);
   state.cursor = match.cursor;
-  const events = el("ol", { class: "match-events", "aria-label": "The match's events" });
+  showMatch(match);
+  // The table's counts and the metric charts follow, while they are on the screen.
+  if (!$("queries").hidden) {
+    clearTimeout(state.refreshTimer);
+    state.refreshTimer = setTimeout(() => { if (state.token) refresh(); }, 1500);
+  }
+}
+
+function showMatch(match) {
+  const body = el("div", { class: "match-body" });
   const details = el("details", {},
     el("summary", { text: `${match.name} (${match.kind}) · ${match.end} · severity ` +
-      `${match.severity}` + (match.values ? " · " + JSON.stringify(match.values) : "") }),
-    events,
-    el("pre", { text: JSON.stringify(match, null, 2) }));
-  if (match.events) {
-    details.addEventListener("toggle", () => {
-      if (details.open && !events.dataset.loaded) loadMatchEvents(match.events, events);
-    });
-  }
-  $("matches").prepend(el("li", { "data-name": match.name }, details));
+      `${match.severity}` + summaryOf(match) }),
+    body);
+  details.addEventListener("toggle", () => {
+    if (details.open && !body.dataset.loaded) expandMatch(match, body);
+  });
   const list = $("matches");
-  while (list.children.length > 500) list.lastElementChild.remove();
+  list.prepend(el("li", { "data-name": match.name, "data-kind": match.kind || "" }, details));
+  while (list.children.length > LIVE_KEPT) list.lastElementChild.remove();
+}
+
+function summaryOf(match) {
+  if (match.values) return " · " + JSON.stringify(match.values);
+  if (match.kind === "query") return ` · document ${match.document_id} of ${match.stream}`;
+  return "";
+}
+
+// What a match is about, readable: a query's document with its matched terms marked, a
+// rule's events by pattern variable, a metric's window and values; then the whole record.
+async function expandMatch(match, box) {
+  box.dataset.loaded = "true";
+  if (match.kind === "query") {
+    await showDocument(match, box);
+  } else if (match.events) {
+    const events = el("ol", { class: "match-events", "aria-label": "The match's events" });
+    box.append(events);
+    await loadMatchEvents(match.events, events);
+  } else if (match.values) {
+    const span = match.window ? { window: `${match.window.start} to ${match.window.end}` } : {};
+    box.append(fieldList({ ...span, ...(match.key || {}), ...match.values }, {},
+                         "The window's values"));
+  }
+  box.append(el("details", { class: "raw" },
+    el("summary", { text: "The match record (JSON)" }),
+    el("pre", { text: JSON.stringify(match, null, 2) })));
+}
+
+// A query's match carries the document it matched (the service's match log keeps it with
+// the match); one too large to copy is looked up among the events the service keeps.
+async function showDocument(match, box) {
+  let doc = match.document;
+  if (doc === undefined && match.document_position !== undefined) {
+    try {
+      const data = await api("GET", `/events/recent?positions=${match.document_position}`);
+      if (data.events.length) doc = data.events[0].event;
+    } catch (error) {
+      box.append(el("p", { class: "error", text: error.message }));
+    }
+  }
+  if (doc === undefined) {
+    box.append(el("p", { class: "help", text: match.document_position !== undefined
+      ? "The document was too large to keep with the match, and the service no longer keeps it."
+      : "The match record holds no document (it was logged before the service kept them)." }));
+    return;
+  }
+  const marked = Object.keys(match.highlights || {});
+  box.append(el("p", { class: "help", text: `Document ${match.document_id} of stream ` +
+    `${match.stream}` + (marked.length ? `; what matched is marked in ${marked.join(", ")}.`
+      : ".") }), fieldList(doc, match.highlights || {}, "The document, what matched marked"));
 }
 
 // A rule match names its events by variable and arrival position; the service keeps the
 // last events of each stream (GET /events/recent), older ones are said to be gone.
 async function loadMatchEvents(byVariable, box) {
-  box.dataset.loaded = "true";
   const wanted = Object.entries(byVariable).flatMap(([v, at]) => at.map((p) => [v, p]));
-  const positions = [...new Set(wanted.map(([, p]) => p))].join(",");
-  let found = {};
+  const positions = [...new Set(wanted.map(([, p]) => p))];
+  const found = {};
   try {
-    const data = await api("GET", `/events/recent?positions=${positions}`);
-    found = Object.fromEntries(data.events.map((e) => [e.position, e]));
+    for (let i = 0; i < positions.length; i += 1000) {  // a page of positions at a time
+      const data = await api("GET", "/events/recent?positions=" +
+                                    positions.slice(i, i + 1000).join(","));
+      for (const e of data.events) found[e.position] = e;
+    }
   } catch (error) {
     box.append(el("li", { class: "error", text: error.message }));
   }
   for (const [variable, position] of wanted) {
     const kept = found[position];
     box.append(el("li", { "data-position": String(position) },
-      el("strong", { text: `${variable} #${position}: ` }),
-      kept ? el("code", { text: JSON.stringify(kept.event) })
-        : el("span", { class: "help", text: "no longer kept by the service" })));
+      el("strong", { text: `${variable} #${position}` + (kept ? ` (${kept.stream})` : "") }),
+      kept ? fieldList(kept.event, {}, `Event ${position}`)
+        : el("span", { class: "help", text: ": no longer kept by the service" })));
   }
 }
 
@@ -528,10 +687,17 @@ async function loadAlerts() {
   const data = await api("GET", "/alerts");
   $("alert-totals").textContent = `(enqueued ${data.enqueued}, throttled ${data.throttled}, ` +
     `unsent ${data.unsent})`;
-  $("alert-table").tBodies[0].replaceChildren(...data.endpoints.map((e) => el("tr", {},
-    el("td", { text: e.endpoint }), el("td", { text: e.url }), el("td", { text: e.pending }),
+  $("alert-secrets").textContent = data.secrets_not_set.length
+    ? `The service's environment lacks the secret of ${data.secrets_not_set.join(", ")}: ` +
+      "their alerts are counted, not delivered." : "";
+  $("alert-table").tBodies[0].replaceChildren(...data.endpoints.map((e) => el("tr", {
+    "data-endpoint": e.endpoint },
+    el("td", { text: e.endpoint + (e.endpoint_disabled ? " (disabled)" : "") }),
+    el("td", { text: e.url }), el("td", { text: e.pending }),
     el("td", { text: e.delivered }), el("td", { text: e.failed }),
-    el("td", { text: e.disabled }), el("td", { text: cell(e.breaker) }),
+    el("td", { text: e.disabled }),
+    // No breaker yet: nothing was sent to the endpoint since the service started.
+    el("td", { text: e.breaker || "none yet", class: "breaker-" + (e.breaker || "none") }),
     el("td", {}, el("button", { type: "button", text: "Replay",
       "aria-label": `Replay the alerts of ${e.endpoint}`,
       onclick: () => replay(e.endpoint) })))));

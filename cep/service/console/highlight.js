@@ -1,6 +1,6 @@
 // Syntax highlighting of the rule language for the console's editor: a tokenizer that knows
 // the language's keywords, strings, numbers, durations and comments, drawing DOM nodes (never
-// HTML strings), and marking the lines the checker reported.
+// HTML strings), and marking the lines the checker reported and the place of each error.
 "use strict";
 
 const VIGIL_KEYWORDS = new Set((
@@ -31,26 +31,40 @@ function vigilTokens(text) {
   return out;
 }
 
-// Draw `text` into `pre`, one span per line; lines in `badLines` (a Set of 1-based numbers)
-// carry the class line-error and a title with the message.
-function vigilHighlight(pre, text, badLines) {
+// Draw `text` into `pre`, one span per line. `bad` maps a 1-based line number to the first
+// error reported there, {message, column}: the line carries the class line-error and the
+// message as its title, and the token at the error's column (1-based) the class at-error —
+// past the end of the line, a marked blank there.
+function vigilHighlight(pre, text, bad) {
   pre.replaceChildren();
   const lines = text.split("\n");
   lines.forEach((line, i) => {
     const span = document.createElement("span");
     span.className = "line";
     span.dataset.line = String(i + 1);
-    const message = badLines.get(i + 1);
-    if (message !== undefined) {
+    const error = bad.get(i + 1);
+    if (error !== undefined) {
       span.classList.add("line-error");
-      span.title = message;
+      span.title = error.message;
     }
+    const column = error !== undefined && error.column ? error.column - 1 : -1;
+    let offset = 0;
+    let marked = false;
     for (const [kind, piece] of vigilTokens(line)) {
-      if (!kind) { span.append(piece); continue; }
+      const here = column >= offset && column < offset + piece.length;
+      offset += piece.length;
+      if (!kind && !here) { span.append(piece); continue; }
       const tok = document.createElement("span");
-      tok.className = "tok-" + kind;
+      tok.className = kind ? "tok-" + kind : "";
+      if (here) { tok.classList.add("at-error"); marked = true; }
       tok.textContent = piece;
       span.append(tok);
+    }
+    if (column >= 0 && !marked) {
+      const end = document.createElement("span");
+      end.className = "at-error at-end";
+      end.textContent = " ";
+      span.append(end);
     }
     pre.append(span);
     if (i < lines.length - 1) pre.append("\n");

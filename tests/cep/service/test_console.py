@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from service_support import STREAM, LiveServer, lines, make_service, rule, txn
+from service_support import STREAM, T0, LiveServer, lines, make_service, rule, txn
 
 from cep.alerts import WebhookReceiver, new_secret
 
@@ -67,11 +70,11 @@ class Console:
         return answer.json()
 
 
-@pytest.fixture(scope="module")
-def console(tmp_path_factory) -> Iterator[Console]:
+@contextmanager
+def running_console(state) -> Iterator[Console]:
     secret = new_secret()
     with WebhookReceiver(secret) as receiver:
-        service = make_service(tmp_path_factory.mktemp("console"), env={"OPS_SECRET": secret})
+        service = make_service(state, env={"OPS_SECRET": secret})
         write = service.tokens.create("ana", "write")
         read = service.tokens.create("bo", "read")
         server = LiveServer(service)
@@ -81,6 +84,21 @@ def console(tmp_path_factory) -> Iterator[Console]:
         finally:
             running.api.close()
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory) -> Iterator[Console]:
+    """One service for the module's scenarios: they post to ``txn`` only, each later in event
+    time than the one before (the engine's watermark is the slowest stream's)."""
+    with running_console(tmp_path_factory.mktemp("console")) as running:
+        yield running
+
+
+@pytest.fixture
+def own_console(tmp_path) -> Iterator[Console]:
+    """A service of its own, for a scenario that posts to other streams than ``txn``."""
+    with running_console(tmp_path / "service") as running:
+        yield running
 
 
 @pytest.fixture
@@ -98,9 +116,24 @@ def page(browser, console) -> Iterator:
             errors.append(message.text)
 
     opened.on("console", on_console)
+    requests: list[tuple[str, str]] = []
+    opened.on("request", lambda request: requests.append((request.method, request.url)))
     yield opened
     context.close()
     assert errors == [], f"the page reported errors: {errors}"
+    # The page calls the public API (its schema's routes) and loads its own files, no more.
+    routes = [(method.upper(), re.compile(re.sub(r"\\{[^}]+\\}", "[^/]+", re.escape(path)) + "$"))
+              for path, methods in console.api.get("/openapi.json").json()["paths"].items()
+              for method in methods]
+    # (Not blob: URLs: the automaton's picture is drawn from a blob the page fetched.)
+    requests = [(method, url) for method, url in requests if url.startswith("http")]
+    assert len({urlsplit(url).netloc for _, url in requests}) <= 1, requests  # one origin
+    for method, url in requests:
+        parsed = urlsplit(url)
+        if method == "GET" and (parsed.path == "/" or parsed.path.startswith("/console/")):
+            continue
+        assert any(m == method and pattern.match(parsed.path) for m, pattern in routes), \
+            f"{method} {parsed.path} is not a route of the API"
 
 
 def sign_in(page, console: Console, token: str) -> None:
@@ -141,6 +174,8 @@ def test_a_typo_is_shown_at_its_line_then_fixed_saved_and_diffed(page, console, 
     problems = page.locator("#problems li")
     problems.filter(has_text="line 3, column 15: undeclared field 'amout'").wait_for()
     page.locator('#highlight .line-error[data-line="3"]').wait_for()
+    # The token at the error's column is marked too.
+    assert page.locator("#highlight .at-error").all_inner_texts() == ["amout"]
     assert page.locator("#highlight .tok-keyword").first.inner_text() == "stream"
     shot(page, tmp_path, "typo")
 
@@ -174,34 +209,107 @@ def test_a_match_appears_live_and_expands(page, console, tmp_path):
     console.post(lines(txn("c9", 5000, 0), txn("c8", 1, 1)))
     item = page.locator('#matches li[data-name="big"]').filter(has_text="c9")
     item.wait_for()
-    item.locator("summary").click()
-    assert '"match_id"' in item.locator("pre").inner_text()
+    item.locator("summary").first.focus()
+    page.keyboard.press("Enter")  # opens with the keyboard
     event = item.locator(".match-events li")  # the events of the match, by variable
-    event.filter(has_text='"amount":5000').wait_for()
-    assert event.inner_text().startswith("b #") and '"card":"c9"' in event.inner_text()
+    event.locator('[data-field="amount"]').filter(has_text="amount: 5000").wait_for()
+    assert event.locator("strong").first.inner_text().startswith("b #")
+    assert event.locator('[data-field="card"]').inner_text() == "card: c9"
+    raw = item.locator("details.raw")  # and the whole record, one click further
+    raw.locator("summary").click()
+    assert '"match_id"' in raw.locator("pre").inner_text()
     shot(page, tmp_path, "live")
+
+
+def test_a_query_match_appears_live_and_opens_to_its_document(page, own_console, tmp_path):
+    own_console.put("news", NEWS)
+    own_console.put("acme", "query acme from news match title:acme\n")
+    sign_in(page, own_console, own_console.read)
+    page.get_by_role("tab", name="Live matches").click()
+    page.locator('#live-state[data-connected="true"]').wait_for()
+    own_console.post(lines({"stream": "news", "title": "Quarterly results of Acme Corp",
+                            "ts": T0 + 2}))
+    item = page.locator('#matches li[data-name="acme"]').first
+    item.wait_for()
+    item.locator("summary").first.click()
+    document = item.get_by_role("group", name="The document, what matched marked")
+    document.wait_for()
+    title = document.locator('[data-field="title"]')
+    assert title.inner_text() == "title: Quarterly results of Acme Corp"
+    assert title.locator("mark").all_inner_texts() == ["Acme"]
+    assert document.locator('[data-field="ts"]').inner_text() == f"ts: {T0 + 2}"
+    assert "marked in title" in item.locator(".match-body > p").first.inner_text()
+    shot(page, tmp_path, "live-query")
+    # A reload shows the newest matches before following: the same match, still open-able.
+    page.reload()
+    page.locator("#app").wait_for(state="visible")
+    page.get_by_role("tab", name="Live matches").click()
+    page.locator('#matches li[data-name="acme"]').first.wait_for()
 
 
 def test_the_table_filters_sorts_and_charts_a_metric(page, console, tmp_path):
     console.put("big", STREAM + rule("big", "amount > 100"))
     console.put("per_minute", "metric per_minute from txn window tumbling 1m "
                               "select count() as n\n")
-    console.post(lines(*(txn("c1", 1, 600 + 20 * i) for i in range(12))))
+    # Windows of 1, 3 and 2 events (10, 11 and 12 minutes in), closed by the last event.
+    console.post(lines(*(txn("c1", 1, second)
+                         for second in (600, 660, 670, 680, 720, 730, 790))))
     sign_in(page, console, console.write)
     names = page.locator("#query-table tbody tr td:first-child")
-    page.locator('#query-table tbody tr[data-name="per_minute"]').wait_for()
-    page.locator("#charts figure svg polyline").wait_for(state="attached")
-    assert "per_minute" in page.locator("#charts figcaption").first.inner_text()
+    row = page.locator('#query-table tbody tr[data-name="per_minute"]')
+    row.wait_for()
+    # Each column as the API counts it.
+    [shown] = [r for r in console.api.get("/overview").json()["queries"]
+               if r["name"] == "per_minute"]
+    cells = row.locator("td").all_inner_texts()
+    assert cells[1:7] == ["metric", "txn", str(shown["version"]), str(shown["matches_hour"]),
+                          str(shown["matches_day"]), shown["last_match"] or ""]
+    assert shown["matches_day"] >= 3
+    # The chart draws the windows' values: 1, 3, 2 from left to right.
+    figure = page.locator('#charts figure[data-metric="per_minute"][data-field="n"]')
+    figure.wait_for()
+    points = [tuple(map(float, p.split(","))) for p in
+              figure.locator("polyline").get_attribute("points").split()]
+    assert len(points) == 3 and points[0][0] < points[1][0] < points[2][0]
+    assert points[1][1] < points[2][1] < points[0][1]  # y grows downwards: 3 > 2 > 1
+    assert figure.locator("figcaption").inner_text() == \
+        "per_minute · n · 3 window(s) to 2026-01-01T00:13:00.000Z"
     page.locator("#query-table th[data-key=name] button").click()  # descending now
     assert names.all_inner_texts() == sorted(names.all_inner_texts(), reverse=True)
     page.get_by_label("Filter").fill("metric")
     page.wait_for_function("document.querySelectorAll('#query-table tbody tr').length === 1")
     assert names.all_inner_texts() == ["per_minute"]
     shot(page, tmp_path, "table")
-    # The tabs follow the arrow keys.
+    # The tabs follow the arrow keys, Home and End.
     page.get_by_role("tab", name="Standing queries").press("ArrowLeft")
     assert page.get_by_role("tab", name="Alerts").get_attribute("aria-selected") == "true"
     assert page.locator("#alerts").is_visible() and page.locator("#queries").is_hidden()
+    page.get_by_role("tab", name="Alerts").press("Home")
+    assert page.get_by_role("tab", name="Standing queries").get_attribute("aria-selected") == \
+        "true"
+
+
+def test_every_control_is_labelled_and_focus_is_visible(page, console, tmp_path):
+    sign_in(page, console, console.write)
+    unlabelled = page.evaluate("""() => [...document.querySelectorAll(
+        'input, select, textarea, button, [role=tab]')].filter((c) => !(
+          (c.labels && c.labels.length) || c.getAttribute('aria-label') ||
+          c.getAttribute('aria-labelledby') || (c.tagName === 'BUTTON' && c.textContent.trim())
+        )).map((c) => c.id || c.outerHTML)""")
+    assert unlabelled == []
+    panels = page.evaluate("""() => [...document.querySelectorAll('[role=tabpanel]')]
+        .map((p) => document.getElementById(p.getAttribute('aria-labelledby'))?.textContent)""")
+    assert panels == ["Standing queries", "Editor", "Live matches", "Alerts"]
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline not in ("none", ""), page.evaluate("document.activeElement.outerHTML")
+    # Sorting from the keyboard: a column header is a button.
+    page.locator("#query-table th[data-key=kind] button").focus()
+    page.keyboard.press("Enter")
+    assert page.locator("#query-table th[data-key=kind]").get_attribute("aria-sort") == \
+        "ascending"
+    shot(page, tmp_path, "keyboard")
 
 
 def test_the_automaton_picture(page, console, tmp_path):
@@ -238,9 +346,38 @@ def test_try_a_query_on_a_pasted_document(page, console, tmp_path):
     assert console.api.get("/queries/acme").status_code == 404
 
 
+def test_try_over_the_recent_events_and_why_there_are_none(page, own_console, tmp_path):
+    own_console.put("quiet", "stream quiet (msg text, ts timestamp) time ts\n")
+    own_console.post(lines(txn("k1", 1, 3000)))
+    sign_in(page, own_console, own_console.write)
+    page.get_by_role("button", name="New").click()
+    page.get_by_label("Name").fill("hush")
+    page.get_by_label("Definition").fill("query hush from quiet match msg:hush\n")
+    kept = page.locator("#try-kept")
+    kept.filter(has_text="Kept by the service (the last 1000 of each stream, across "
+                         "restarts)").wait_for()
+    assert "txn " in kept.inner_text() and "quiet" not in kept.inner_text()
+    page.get_by_role("button", name="Try", exact=True).click()
+    result = page.locator("#try-result")
+    result.locator(".notice").filter(has_text="No recent events of quiet: none has been "
+                                              "posted to it through this service").wait_for()
+    assert "0 match(es) over 0 recent event(s)" in result.inner_text()
+    shot(page, tmp_path, "try-recent-empty")
+    own_console.post(lines({"stream": "quiet", "msg": "hush now", "ts": T0 + 3001},
+                           {"stream": "quiet", "msg": "loud", "ts": T0 + 3002}))
+    page.get_by_role("button", name="Try", exact=True).click()
+    result.get_by_text("1 match(es) over 2 recent event(s)").wait_for()
+    assert result.locator(".notice").count() == 0
+    assert result.locator(".doc mark").all_inner_texts() == ["hush"]
+    shot(page, tmp_path, "try-recent")
+
+
 def test_alerts_per_endpoint_and_replay(page, console, tmp_path):
     console.put("ops", f'webhook ops url "{console.receiver.url}" secret env OPS_SECRET\n')
     console.put("big", STREAM + rule("big", "amount > 100", notify="ops"))
+    # A webhook whose secret the service's environment lacks: its alerts are counted only.
+    console.put("ghost", 'webhook ghost url "http://127.0.0.1:9/" secret env GHOST_SECRET\n')
+    console.put("haunt", rule("haunt", "amount > 800", notify="ghost"))
     console.post(lines(txn("a1", 900, 3600)))
     give_up = time.monotonic() + 20
     while not console.receiver.webhook_ids and time.monotonic() < give_up:
@@ -249,6 +386,9 @@ def test_alerts_per_endpoint_and_replay(page, console, tmp_path):
     page.get_by_role("tab", name="Alerts").click()
     row = page.locator("#alert-table tbody tr").filter(has_text="ops")
     row.wait_for()
+    # Delivered once: the endpoint's breaker is there, closed.
+    assert row.locator("td").nth(6).inner_text() == "closed"
+    assert "lacks the secret of ghost" in page.locator("#alert-secrets").inner_text()
     page.get_by_role("button", name="Replay the alerts of ops").click()
     page.locator("#alert-result").filter(has_text="queued again").wait_for()
     while console.receiver.duplicates < 1 and time.monotonic() < give_up:
@@ -271,3 +411,25 @@ def test_a_read_token_sees_but_cannot_save(page, console, tmp_path):
     assert "scope read" in page.locator("#save-result").inner_text()
     assert console.api.get("/queries/sneaky").status_code == 404
     shot(page, tmp_path, "read-only")
+
+
+def test_a_metric_chart_shows_its_newest_windows(page, own_console, tmp_path):
+    own_console.put("ticks", "stream ticks (host string, load float, ts timestamp) time ts\n")
+    own_console.put("load", "metric load from ticks by host window tumbling 1m "
+                            "select max(load) as peak\n")
+    # 1,100 windows of host a, 10 of host b: more than a page of the log.
+    base = T0 + 7200
+    events = [{"stream": "ticks", "host": "a", "load": m % 7, "ts": base + 60 * m}
+              for m in range(1101)]
+    events += [{"stream": "ticks", "host": "b", "load": 9, "ts": base + 60 * m + 1}
+               for m in range(1090, 1100)]
+    own_console.post(lines(*sorted(events, key=lambda e: e["ts"])))
+    sign_in(page, own_console, own_console.read)
+    figure = page.locator('#charts figure[data-metric="load"]')
+    figure.wait_for()
+    caption = figure.locator("figcaption").inner_text()
+    # The last 200 windows, up to the newest closed one (minute 1,100), not the first ones.
+    assert caption == "load · peak · 200 window(s) to 2026-01-01T20:20:00.000Z"
+    assert figure.locator("polyline").count() == 2  # a line per host
+    assert figure.locator(".legend li").all_inner_texts() == ["host=a", "host=b"]
+    shot(page, tmp_path, "metric-newest")

@@ -8,10 +8,11 @@ import shutil
 import time
 
 import pytest
-from service_support import STREAM, in_process_client, lines, make_service, rule, txn
+from service_support import STREAM, T0, in_process_client, lines, make_service, rule, txn
 
 from cep.alerts import WebhookReceiver, new_secret
 from cep.service import create_app
+from cep.service.recent import MAX_DOCUMENT
 
 PROBLEM = "application/problem+json"
 
@@ -199,7 +200,8 @@ def test_the_events_a_rule_match_names_are_kept_at_their_positions(api):
     last = api.client.get("/events/recent", headers=api.r,
                           params={"stream": "txn", "limit": 2}).json()["events"]
     assert [e["event"]["card"] for e in last] == ["c2", "c3"]
-    assert api.client.get("/events/recent", headers=api.r).json() == {"streams": {"txn": 3}}
+    assert api.client.get("/events/recent", headers=api.r).json() == {
+        "streams": {"txn": 3}, "size": 1000, "persistent": True, "restored": 0}
     problem(api.client.get("/events/recent", headers=api.r, params={"positions": "x"}), 400)
 
 
@@ -209,11 +211,90 @@ def test_positions_continue_after_a_restart(tmp_path):
     with in_process_client(create_app(service)) as client:
         client.put("/queries/big", content=STREAM + rule("big", "amount > 100"), headers=write)
         client.post("/events", content=lines(txn("c1", 500, 0), txn("c1", 5, 1)), headers=write)
-    # Stopped: a checkpoint at batch 1, two positions taken. The next service goes on.
+    # Stopped: a checkpoint at batch 1, two positions taken. The next service goes on, and
+    # still has the events posted to the one before it.
     with in_process_client(create_app(make_service(tmp_path))) as client:
         client.post("/events", content=lines(txn("c2", 900, 2)), headers=write)
-        [_, second] = client.get("/matches", headers=write).json()["matches"]
-        assert second["events"] == {"b": [2]}
+        [first, second] = client.get("/matches", headers=write).json()["matches"]
+        assert (first["events"], second["events"]) == ({"b": [0]}, {"b": [2]})
         found = client.get("/events/recent", headers=write,
-                           params={"positions": "2"}).json()["events"]
-        assert [e["event"]["card"] for e in found] == ["c2"]
+                           params={"positions": "0,1,2"}).json()["events"]
+        assert [(e["position"], e["event"]["card"]) for e in found] == \
+            [(0, "c1"), (1, "c1"), (2, "c2")]
+
+
+NEWS = "stream news (title text, ts timestamp) time ts\n"
+NEWS_WITH_ID = "stream wire (title text, ts timestamp, ref string) time ts id ref\n"
+
+
+def test_a_query_match_carries_the_document_it_matched(api):
+    api.put("news", NEWS)
+    api.put("wire", NEWS_WITH_ID)
+    api.put("acme", "query acme from news, wire match title:acme\n")
+    api.put("big", STREAM + rule("big", "amount > 100"))
+    plain = {"stream": "news", "title": "Big acme merger", "ts": T0}
+    with_id = {"stream": "wire", "title": "acme again", "ts": T0 + 1, "ref": "r-7"}
+    # A dead letter and other events before them: the documents are found by position, and
+    # by id where the stream has one.
+    body = (b"{broken\n" + lines(txn("c1", 500, 0), {**plain, "title": "no match"}, plain,
+                                  with_id))
+    assert api.post(body).json()["matches"] == 3
+    by_name = {}
+    for match in api.matches():
+        by_name.setdefault(match["name"], []).append(match)
+    first, second = by_name["acme"]
+    assert (first["document_id"], first["document_position"], first["document"]) == \
+        ("3", 3, plain)
+    assert first["highlights"] == {"title": [[4, 8]]}
+    assert (second["document_id"], second["document_position"], second["document"]) == \
+        ("r-7", 4, with_id)
+    [big] = by_name["big"]  # a rule's match names its events; it carries none
+    assert big["events"] == {"b": [1]} and "document" not in big
+    # A stream bound by the request: its lines need not say it.
+    api.post(lines({"title": "acme", "ts": T0 + 2}), stream="news")
+    last = api.matches(name="acme")[-1]
+    assert last["document"] == {"title": "acme", "ts": T0 + 2} and last["document_position"] == 5
+
+
+def test_a_large_document_is_found_by_its_position(api):
+    api.put("news", NEWS.replace("title text", "title text, body text"))
+    api.put("acme", "query acme from news match title:acme\n")
+    big = {"stream": "news", "title": "acme", "ts": T0, "body": "x" * (MAX_DOCUMENT + 1)}
+    api.post(lines(big))
+    [match] = api.matches(name="acme")
+    assert match["document_position"] == 0 and "document" not in match
+    found = api.client.get("/events/recent", headers=api.r, params={"positions": "0"}).json()
+    assert found["events"][0]["event"]["body"] == big["body"]
+
+
+def test_the_newest_matches_of_a_name(api):
+    api.put("big", STREAM + rule("big", "amount > 100"))
+    api.put("q", "query q from txn match card:c1\n")
+    api.post(lines(*(txn(f"c{i % 2}", 500, i) for i in range(10))))  # 10 big, 5 q
+    answer = api.client.get("/matches/newest", headers=api.r,
+                            params={"name": "big", "limit": 3}).json()
+    assert [m["values"]["card"] for m in answer["matches"]] == ["c1", "c0", "c1"]
+    cursors = [m["cursor"] for m in answer["matches"]]
+    assert cursors == sorted(cursors) and answer["next"] == cursors[-1]
+    assert cursors[-1] == max(m["cursor"] for m in api.matches(name="big"))
+    everything = api.client.get("/matches/newest", headers=api.r,
+                                params={"limit": 1000}).json()
+    assert len(everything["matches"]) == 15
+    none = api.client.get("/matches/newest", headers=api.r, params={"name": "nope"}).json()
+    assert none == {"matches": [], "next": everything["next"]}  # follow from now on
+    problem(api.client.get("/matches/newest", headers=api.r, params={"limit": 0}), 400)
+    problem(api.client.get("/matches/newest"), 401)
+
+
+def test_try_over_recent_events_says_what_the_service_keeps(api):
+    api.put("news", NEWS)
+    api.put("big", STREAM + rule("big", "amount > 100"))
+    api.post(lines(txn("c1", 500, 0)))
+    answer = api.client.post("/try", headers=api.r, json={
+        "text": "query acme from news match title:acme\n" + rule("t", "amount > 1")}).json()
+    assert answer["source"] == "recent" and answer["events"] == 1
+    assert answer["recent"] == {"streams": {"news": 0, "txn": 1}, "size": 1000,
+                                "persistent": True, "restored": 0}
+    pasted = api.client.post("/try", headers=api.r, json={
+        "text": rule("t", "amount > 1"), "events": ""}).json()
+    assert "recent" not in pasted
