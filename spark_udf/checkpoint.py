@@ -8,10 +8,11 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from spark_udf.edits import processor_identity
 from spark_udf.errors import CheckpointError, SinkError
 from spark_udf.routing import resolve_processor
 
@@ -25,6 +26,7 @@ __all__ = [
     "files_read",
     "last_committed",
     "read_record",
+    "same_processors",
     "write_record",
 ]
 
@@ -46,9 +48,10 @@ class StateLayout:
     buckets:
         Hash buckets per processor: a key's bucket depends on it.
     processors:
-        Per keyed processor, in operator order (processor ``i`` owns groups ``i * buckets`` to
-        ``(i + 1) * buckets - 1``): its rule or metric names, key fields per stream, and
-        each name's fingerprint of its definition (the one its state bytes carry).
+        Per keyed processor, in operator order: its rule or metric names, key fields per
+        stream, each name's fingerprint of its definition (the one its state bytes carry), its
+        ``identity`` and the ``slot`` of the groups it owns (``slot * buckets`` to
+        ``(slot + 1) * buckets - 1``; see :mod:`spark_udf.edits`).
     input_kind:
         ``jsonl`` or ``redis``: the shape of the source offsets Spark stored.
     sources:
@@ -57,6 +60,12 @@ class StateLayout:
     partitions:
         Spark's shuffle partitions, the state store's partitions, chosen when the checkpoint
         was created (Spark itself keeps them for a checkpoint); recorded, not compared.
+    forms, retired, next_slot:
+        What :class:`spark_udf.edits.ProgramEdit` decided: the program's forms with their
+        versions, the forms earlier programs had, the first slot never used.
+    legacy:
+        Read from a record written before forms and slots were kept (processors then sat at
+        their index, every form at version 1).
     """
 
     buckets: int
@@ -64,35 +73,65 @@ class StateLayout:
     input_kind: str
     sources: int | None = None
     partitions: int | None = None
+    forms: Mapping[str, Any] = field(default_factory=dict)
+    retired: Mapping[str, Any] = field(default_factory=dict)
+    next_slot: int | None = None
+    legacy: bool = False
 
     @classmethod
     def of(
-        cls, specs: Sequence[Any], buckets: int, input_kind: str, *, partitions: int | None = None
+        cls, specs: Sequence[Any], buckets: int, input_kind: str, *,
+        partitions: int | None = None, edit: Any = None,
     ) -> StateLayout:
-        """The layout of a run of ``specs`` (:class:`spark_udf.rules.ProcessorSpec`), its
-        ``sources`` not known yet."""
-        return cls(buckets, tuple(_processor_layout(spec) for spec in specs), input_kind,
-                   partitions=partitions)
+        """The layout of a run of ``specs`` (:class:`spark_udf.rules.ProcessorSpec`) placed
+        as ``edit`` (:class:`spark_udf.edits.ProgramEdit`) says (default: at their index),
+        its ``sources`` not known yet."""
+        slots = edit.slots if edit is not None else tuple(range(len(specs)))
+        processors = tuple(
+            {**_processor_layout(spec), "identity": processor_identity(spec), "slot": slot}
+            for spec, slot in zip(specs, slots, strict=True)
+        )
+        if edit is None:
+            return cls(buckets, processors, input_kind, partitions=partitions,
+                       next_slot=len(specs))
+        return cls(buckets, processors, input_kind, partitions=partitions,
+                   forms=edit.forms, retired=edit.retired, next_slot=edit.next_slot)
+
+    @property
+    def slots(self) -> tuple[int, ...]:
+        """The slot of each processor's groups."""
+        return tuple(p.get("slot", i) for i, p in enumerate(self.processors))
 
     def to_json(self) -> dict[str, Any]:
         return {"buckets": self.buckets, "processors": list(self.processors),
                 "input": self.input_kind, "sources": self.sources,
-                "shuffle_partitions": self.partitions}
+                "shuffle_partitions": self.partitions, "forms": dict(self.forms),
+                "retired": dict(self.retired), "next_slot": self.next_slot}
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> StateLayout:
         for processor in value["processors"]:
             names, key, definitions = (processor[k] for k in ("names", "key", "definitions"))
             if not (isinstance(names, list) and isinstance(key, dict)
-                    and isinstance(definitions, dict)):
+                    and isinstance(definitions, dict)
+                    and isinstance(processor.get("slot", 0), int)):
                 raise TypeError(f"a processor's layout is malformed: {processor!r}")
         sources, partitions = value.get("sources"), value.get("shuffle_partitions")
+        legacy = "forms" not in value
+        forms = value.get("forms") or {}
+        if legacy:  # fingerprints at version 1 were all a record kept of its forms
+            forms = {name: {"kind": None, "identity": None, "version": 1, "fingerprint": f}
+                     for p in value["processors"] for name, f in p["definitions"].items()}
+        next_slot = value.get("next_slot")
         return cls(int(value["buckets"]), tuple(value["processors"]), str(value["input"]),
                    None if sources is None else int(sources),
-                   None if partitions is None else int(partitions))
+                   None if partitions is None else int(partitions),
+                   forms=dict(forms), retired=dict(value.get("retired") or {}),
+                   next_slot=None if next_slot is None else int(next_slot), legacy=legacy)
 
     def changes_from(self, old: StateLayout) -> list[str]:
-        """How this layout differs from ``old`` (the checkpoint's), in words."""
+        """How this layout differs from ``old`` (the checkpoint's) in what a rerun cannot
+        continue, in words (edits of the program's rules and metrics can be continued)."""
         changes = []
         if old.buckets != self.buckets:
             changes.append(
@@ -101,23 +140,6 @@ class StateLayout:
             )
         if old.input_kind != self.input_kind:
             changes.append(f"it read a {old.input_kind} input, this run reads {self.input_kind}")
-        shapes = [_shape(p) for p in old.processors], [_shape(p) for p in self.processors]
-        if shapes[0] != shapes[1]:
-            changes.append(
-                f"its keyed state belongs to {_described(old.processors)}; this program keeps "
-                f"{_described(self.processors)}"
-            )
-        else:
-            changed = [
-                name for p, q in zip(old.processors, self.processors, strict=True)
-                for name in p["names"]
-                if p["definitions"].get(name) != q["definitions"].get(name)
-            ]
-            if changed:
-                changes.append(
-                    f"the definition of {', '.join(changed)} changed (pattern, variables, "
-                    "window or metric), so the state stored for it no longer fits"
-                )
         if None not in (old.sources, self.sources) and old.sources != self.sources and not changes:
             changes.append(
                 f"Spark's plan read the input {old.sources} time(s), this program's reads it "
@@ -125,6 +147,24 @@ class StateLayout:
                 "went)"
             )
         return changes
+
+
+def same_processors(layout: StateLayout, old: StateLayout) -> str:
+    """For a run given processor specs rather than a program (which are not versioned, so
+    they continue only a checkpoint of the same specs): how its processors differ from the
+    checkpoint's, in words, or ``""``."""
+    def described(processors: Sequence[dict[str, Any]]) -> list[list[Any]]:
+        return [[p["names"], p["key"], p["definitions"]] for p in processors]
+
+    if described(layout.processors) == described(old.processors):
+        return ""
+
+    def names(processors: Sequence[dict[str, Any]]) -> str:
+        return " ".join(f"[{', '.join(p['names'])}]" for p in processors) or "none"
+
+    return (f"its keyed state belongs to other processors ({names(old.processors)}; these "
+            f"specs run {names(layout.processors)}): give the program itself to carry its "
+            "state across edits")
 
 
 def _processor_layout(spec: Any) -> dict[str, Any]:
@@ -143,20 +183,6 @@ def _processor_layout(spec: Any) -> dict[str, Any]:
         "key": {stream: list(fields) for stream, fields in sorted(spec.key_cols.items())},
         "definitions": definitions,
     }
-
-
-def _shape(processor: dict[str, Any]) -> tuple:
-    return tuple(processor["names"]), json.dumps(processor["key"], sort_keys=True)
-
-
-def _described(processors: Sequence[dict[str, Any]]) -> str:
-    if not processors:
-        return "no keyed processor"
-    parts = []
-    for p in processors:
-        keys = ", ".join(f"{s}.{'+'.join(f)}" for s, f in p["key"].items())
-        parts.append(f"[{', '.join(p['names'])} by {keys}]")
-    return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -284,6 +310,8 @@ def check_resumable(
             "checkpoint directory"
         )
     changes = layout.changes_from(record.layout) if record is not None else []
+    if record is not None and not layout.forms and layout.processors:
+        changes += [c for c in [same_processors(layout, record.layout)] if c]
     if changes:
         raise CheckpointError(f"{where} cannot continue this run: {'; '.join(changes)}. "
                               f"{_NEW_CHECKPOINT[0].upper()}{_NEW_CHECKPOINT[1:]}")

@@ -115,6 +115,7 @@ class BucketedDetector(StatefulProcessor):
         packed: bool = True,
         plan: RoutePlan | None = None,
         buckets: int | None = None,
+        live: Any = None,
     ) -> None:
         self._source = source
         self._layout = layout
@@ -122,13 +123,18 @@ class BucketedDetector(StatefulProcessor):
         self._packed = packed
         self._plan = plan
         self._buckets = plan.buckets if plan is not None else buckets
+        self._live = live
 
     @classmethod
-    def for_plan(cls, plan: RoutePlan, columns: Sequence[str]) -> BucketedDetector:
+    def for_plan(
+        cls, plan: RoutePlan, columns: Sequence[str], live: Any = None
+    ) -> BucketedDetector:
         """The detector of a :class:`~spark_udf.routing.RoutePlan`: one stateful operator for
-        all its processors, each owning its range of groups."""
+        all its processors, each owning its range of groups. With ``live`` (a
+        :class:`spark_udf.live.LiveProgram`) each micro-batch runs the plan of the program
+        pinned to it instead."""
         _, source, layout = plan.entries[0]
-        return cls(source, layout, columns, plan=plan)
+        return cls(source, layout, columns, plan=plan, live=live)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
@@ -139,10 +145,15 @@ class BucketedDetector(StatefulProcessor):
             self._owners = [(resolve_processor(source), layout)
                             for _, source, layout in self._plan.entries]
 
-    def _owner(self, key: Any) -> tuple[KeyedProcessor, EventLayout]:
+    def _owner(self, key: Any) -> tuple[KeyedProcessor, EventLayout] | None:
+        if self._live is not None:
+            compiled = self._live.for_task()
+            index = None if compiled.plan is None else compiled.plan.owner(int(key[0]))
+            return None if index is None else compiled.owners[index]
         if self._plan is None:
             return self._owners[0]
-        return self._owners[self._plan.owner(int(key[0]))]
+        index = self._plan.owner(int(key[0]))
+        return None if index is None else self._owners[index]
 
     def _load(self) -> BucketState:
         stored = self._state.get()
@@ -172,7 +183,11 @@ class BucketedDetector(StatefulProcessor):
         engine_watermark = _engine_watermark(watermark)
         bucket = self._load()
         was_empty = not bucket.keys
-        processor, layout = self._owner(key)
+        owner = self._owner(key)
+        if owner is None:  # routing never sends rows to a slot no processor owns
+            raise OperatorConfigError(f"rows arrived for state group {key[0]}, which no "
+                                      "processor of this program owns")
+        processor, layout = owner
         filtered = None
         if self._packed:
             # The blob is the last column whatever name Spark's row regrouping gave it.
@@ -199,9 +214,15 @@ class BucketedDetector(StatefulProcessor):
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
+        owner = self._owner(key)
+        if owner is None:
+            # The state of a processor an earlier program of the checkpoint had (its rules or
+            # metric were removed or changed): freed when its timer wakes it.
+            self._state.clear()
+            return
         bucket = self._load()
         was_empty = not bucket.keys
-        records = fire_due_keys(self._owner(key)[0], bucket, _engine_watermark(watermark))
+        records = fire_due_keys(owner[0], bucket, _engine_watermark(watermark))
         self._save(bucket, watermark, was_empty)
         yield from _records_out(records)
 

@@ -207,10 +207,13 @@ def detect(
                           late_in_input_order and SEQ_COLUMN in df.columns)
 
 
-def detect_plan(df: DataFrame, plan: RoutePlan) -> DataFrame:
+def detect_plan(df: DataFrame, plan: RoutePlan, live: Any = None) -> DataFrame:
     """Run every processor of ``plan`` in one stateful operator over a streaming frame: its
     JSON rows, routed here (``mapInArrow``), or rows a source already routed (columns
     :data:`~spark_udf.routing.ROUTED_SCHEMA`, see :func:`spark_udf.read_jsonl`'s ``route``).
+    With ``live`` (:class:`spark_udf.live.LiveProgram`, over rows the source routed) each
+    micro-batch runs the processors of the program pinned to it; ``plan`` then gives the
+    watermark's delay, fixed when the query starts.
     """
     if MAX_TIME_COLUMN in df.columns:
         routed = df
@@ -226,7 +229,7 @@ def detect_plan(df: DataFrame, plan: RoutePlan) -> DataFrame:
         .withWatermark(_WATERMARK_COLUMN, f"{plan.lateness_ms} milliseconds")
         .drop(_WATERMARK_COLUMN)
     )
-    stateful = BucketedDetector.for_plan(plan, tuple(watermarked.columns))
+    stateful = BucketedDetector.for_plan(plan, tuple(watermarked.columns), live)
     return watermarked.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
         statefulProcessor=stateful,
         outputStructType=OUTPUT_SCHEMA,

@@ -60,6 +60,7 @@ def program_outputs(
     stream: str | None = None,
     buckets: int = DEFAULT_BUCKETS,
     routed: tuple[DataFrame, RoutePlan] | None = None,
+    live: Any = None,
 ) -> ProgramOutputs:
     """The rules and metrics (``specs``) of ``program`` in one keyed operator and its queries
     in one stateless pass (:func:`spark_udf.query_outputs`, with the dead letters of the rows
@@ -69,13 +70,15 @@ def program_outputs(
     ``vigil_jsonl`` source's ``route`` option): the keyed operator reads it instead of routing
     ``events``. ``program`` given as processor specs only runs them (no queries). With
     ``json_col=None`` the events are typed columns: the queries read them as JSON
-    (``to_json`` of every column but ``_seq``).
+    (``to_json`` of every column but ``_seq``). With ``live`` (a
+    :class:`spark_udf.live.LiveProgram`; ``routed`` by a source given it too) each micro-batch
+    runs the program pinned to it, and the query pass reads every row whatever the program.
     """
     inputs: list[DataFrame] = []
     outputs = None
     if routed is not None and specs:
         inputs.append(routed[0])
-        outputs = detect_plan(routed[0], routed[1])
+        outputs = detect_plan(routed[0], routed[1], live)
     elif specs:
         inputs.append(events)
         outputs = detect_specs(events, specs, json_col=json_col, stream=stream, buckets=buckets)
@@ -90,7 +93,8 @@ def program_outputs(
             searched = events.withColumn(_JSON_EVENTS, F.to_json(F.struct(*fields)))
             column = _JSON_EVENTS
         queries = query_outputs(
-            searched, program, json_col=column, stream=stream, operator_streams=checked
+            searched, program, json_col=column, stream=stream, operator_streams=checked,
+            live=live,
         )
         if queries is not None:
             outputs = queries if outputs is None else outputs.unionByName(queries)

@@ -105,6 +105,7 @@ def query_outputs(
     json_col: str = EVENT_COLUMN,
     stream: str | None = None,
     operator_streams: Collection[str] = (),
+    live: Any = None,
 ) -> DataFrame | None:
     """Query matches of ``events`` (``_seq`` and a JSON-text column, as the Vigil sources give),
     in the operator's output schema, with the dead letters of the rows no keyed operator checks.
@@ -118,6 +119,10 @@ def query_outputs(
     Returns ``None`` when the program has no query and the input is bound (``stream``) to a
     stream the keyed operator checks: nothing can be left to report. Without queries, only the
     rows naming no stream or another stream than those are read (filtered in the JVM).
+
+    With ``live`` (a :class:`spark_udf.live.LiveProgram`) each micro-batch runs the queries,
+    streams and keyed streams of the program pinned to it (every row is read: what the next
+    program searches is not known when the query starts).
 
     Examples
     --------
@@ -135,6 +140,8 @@ def query_outputs(
     >>> sorted((row.kind, row.name, row.key) for row in out.collect())
     [('dead_letter', 'wrong_type', None), ('query', 'acme', '{"document_id": "n1"}')]
     """
+    if live is not None:
+        return events.mapInPandas(_live_partitions(live, json_col, stream), schema=OUTPUT_SCHEMA)
     decls, streams = _queries(program)
     checked = frozenset(operator_streams)
     if not decls and stream is not None and stream in checked:
@@ -166,6 +173,23 @@ def query_outputs(
                 ))
 
     return events.mapInPandas(match_partition, schema=OUTPUT_SCHEMA)
+
+
+def _live_partitions(live: Any, column: str, bound: str | None) -> Any:
+    def match_partition(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        compiled = live.for_task()
+        key = f"{live.checkpoint}#{compiled.entry.number}"
+        standing, schemas = _index(key, compiled.queries, dict(compiled.streams))
+        watermark = _watermark(schemas)
+        for frame in frames:
+            for start in range(0, len(frame), ROWS_PER_CHUNK):
+                yield records_frame(frame_outputs(
+                    frame.iloc[start:start + ROWS_PER_CHUNK], standing, schemas,
+                    column=column, bound=bound, checked=compiled.keyed_streams,
+                    watermark=watermark,
+                ))
+
+    return match_partition
 
 
 def frame_outputs(

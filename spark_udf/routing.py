@@ -458,7 +458,9 @@ class _Router:
 @dataclass(frozen=True)
 class RoutePlan:
     """Several processors sharing one routed input and one stateful operator: processor ``i``
-    owns the groups ``i * buckets`` to ``(i + 1) * buckets - 1``.
+    owns the groups ``slots[i] * buckets`` to ``(slots[i] + 1) * buckets - 1`` (slot ``i``
+    unless ``slots`` says otherwise: a checkpoint keeps a processor's slot across program
+    edits, see :mod:`spark_udf.edits`).
 
     Attributes
     ----------
@@ -469,18 +471,36 @@ class RoutePlan:
     lateness_ms:
         The watermark delay: the largest lateness over the processors (Spark keeps one
         watermark per query).
+    slots:
+        The slot of each processor's groups (``None``: its index).
     """
 
     entries: tuple[tuple[JsonRoute, ProcessorSource, Any], ...]
     buckets: int
     lateness_ms: int
+    slots: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         check_buckets(self.buckets)
+        if self.slots is not None and (
+            len(self.slots) != len(self.entries) or len(set(self.slots)) != len(self.slots)
+        ):
+            raise ValueError(f"one distinct slot per processor is needed, got {self.slots}")
 
-    def owner(self, group: int) -> int:
-        """Index of the processor that owns ``group``."""
-        return group // self.buckets
+    def offset(self, index: int) -> int:
+        """The first group of processor ``index``."""
+        return (index if self.slots is None else self.slots[index]) * self.buckets
+
+    def owner(self, group: int) -> int | None:
+        """Index of the processor that owns ``group``, or ``None`` when none does (the slot of
+        a processor an earlier program of the checkpoint had)."""
+        slot = group // self.buckets
+        if self.slots is None:
+            return slot if slot < len(self.entries) else None
+        try:
+            return self.slots.index(slot)
+        except ValueError:
+            return None
 
 
 def route_batches(
@@ -521,7 +541,7 @@ def route_plan_batches(
         table = pa.Table.from_batches([batch])
         for index, router in enumerate(routers):
             yield _packed(table, *router.locate(batch.column(router.route.json_column)),
-                          offset=index * plan.buckets)
+                          offset=plan.offset(index))
 
 
 def _packed(

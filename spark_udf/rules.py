@@ -61,9 +61,14 @@ class ProcessorSpec:
 
 
 def processor_specs(
-    program: ProgramSource, *, lateness_ms: int | None = None
+    program: ProgramSource,
+    *,
+    lateness_ms: int | None = None,
+    versions: Mapping[str, int] | None = None,
 ) -> tuple[list[ProcessorSpec], list[str]]:
-    """Compile a program (rule file path, DSL text or parsed modules) into processor specs.
+    """Compile a program (rule file path, DSL text or parsed modules) into processor specs,
+    each rule and metric at its version in ``versions`` (default 1; a rerun of an edited
+    program numbers them, see :mod:`spark_udf.edits`).
 
     Rules sharing a key definition share one :class:`~cep.nfa.processor.RuleProcessor`; each metric
     gets a :class:`~cep.metrics.processor.MetricProcessor` keyed by its ``by`` group. Returns the
@@ -96,8 +101,10 @@ def processor_specs(
     streams, lists = add_declarations(declarations, {}, {}, ())
     rule_decls = [d for d in declarations if isinstance(d, ast.RuleDecl)]
     standing = [d for d in declarations if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
+    versions = versions or {}
     rules = [
-        compile_program_rule(decl, streams, lists) for decl in rule_decls
+        compile_program_rule(decl, streams, lists, version=versions.get(decl.name, 1))
+        for decl in rule_decls
     ]
     StandingQueries(lateness_ms).compile(standing, streams, lists)  # queries must compile too
     metrics = [d for d in standing if isinstance(d, ast.MetricDecl)]
@@ -115,7 +122,8 @@ def processor_specs(
         for group in by_signature.values()
     ]
     for decl in metrics:
-        metric = compile_program_metric(decl, streams, lists, lateness_ms=lateness_ms)
+        metric = compile_program_metric(decl, streams, lists, lateness_ms=lateness_ms,
+                                        version=versions.get(decl.name, 1))
         processors.append(
             (MetricProcessor(metric, streams, lateness_ms=lateness_ms), (decl.name,))
         )
@@ -152,10 +160,12 @@ def route_specs(
     json_col: str | None = "_event",
     stream: str | None = None,
     buckets: int = DEFAULT_BUCKETS,
+    slots: Sequence[int] | None = None,
 ) -> RoutePlan | None:
     """One :class:`~spark_udf.routing.RoutePlan` for every spec over a frame with these columns
     (name -> Spark type), or ``None`` when some spec's stream, key or time is not in the JSON
-    text column (those run through :func:`spark_udf.detect`'s Spark expressions)."""
+    text column (those run through :func:`spark_udf.detect`'s Spark expressions). ``slots``
+    places each spec's state groups (:mod:`spark_udf.edits`; default: by index)."""
     check_buckets(buckets)
     if json_col is None or json_col not in columns or not specs:
         return None
@@ -182,7 +192,8 @@ def route_specs(
          processor, layout)
         for (route, processor, layout), spec in zip(entries, specs, strict=True)
     ]
-    return RoutePlan(tuple(entries), buckets, max(spec.lateness_ms for spec in specs))
+    return RoutePlan(tuple(entries), buckets, max(spec.lateness_ms for spec in specs),
+                     None if slots is None else tuple(slots))
 
 
 def detect_specs(

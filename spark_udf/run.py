@@ -19,8 +19,11 @@ from typing import Any
 
 from pyspark import cloudpickle
 
+from cep.engine.checkpoint import RestoreReport
 from query_lang import load_program
+from query_lang.errors import VigilError
 from spark_udf.checkpoint import (
+    Committed,
     RunRecord,
     StateLayout,
     bucket_error,
@@ -36,11 +39,13 @@ from spark_udf.cluster import (
     check_shared_checkpoint,
     new_checkpoint_partitions,
 )
-from spark_udf.errors import OperatorConfigError, SparkOperatorError
+from spark_udf.edits import ProgramEdit, edit_program
+from spark_udf.errors import CheckpointError, OperatorConfigError, SparkOperatorError
 from spark_udf.flush import end_of_input_rows
+from spark_udf.live import LiveChanges, LiveProgram, ProgramLog
 from spark_udf.pipeline import program_outputs
 from spark_udf.routing import DEFAULT_BUCKETS
-from spark_udf.rules import ProcessorSpec, processor_specs, route_specs
+from spark_udf.rules import ProcessorSpec, route_specs
 from spark_udf.session import session
 from spark_udf.sinks import BatchSink, MatchHook
 from spark_udf.sources import (
@@ -90,6 +95,9 @@ class RunSummary:
         flushed that same state).
     flush_s:
         Wall time of the flush.
+    edits:
+        When the run continued a checkpoint: what it did with each rule, query and metric of
+        the program (kept with its state, reset to a new version, added, dropped).
     """
 
     batches: int
@@ -105,6 +113,7 @@ class RunSummary:
     resumed_after: int | None = None
     flushed_after: int | None = None
     flush_s: float = 0.0
+    edits: RestoreReport | None = None
 
     @property
     def events_per_second(self) -> float:
@@ -112,14 +121,15 @@ class RunSummary:
         return self.input_rows / self.duration_s if self.duration_s > 0 else 0.0
 
 
-def _specs(program: Any, lateness_ms: int | None) -> tuple[list[ProcessorSpec], list[str]]:
-    if isinstance(program, ProcessorSpec):
-        return [program], []
-    if isinstance(program, Sequence) and program and all(
-        isinstance(p, ProcessorSpec) for p in program
+def _edit(program: Any, lateness_ms: int | None, previous: StateLayout | None) -> ProgramEdit:
+    """The program compiled to continue ``previous`` (its rules and metrics versioned, its
+    processors placed; :mod:`spark_udf.edits`); processor specs run as given."""
+    specs = [program] if isinstance(program, ProcessorSpec) else program
+    if isinstance(specs, Sequence) and specs and all(
+        isinstance(p, ProcessorSpec) for p in specs
     ):
-        return list(program), []
-    return processor_specs(program, lateness_ms=lateness_ms)
+        return ProgramEdit(tuple(specs), (), tuple(range(len(specs))), len(specs))
+    return edit_program(program, lateness_ms=lateness_ms, previous=previous)
 
 
 class _StopSignal:
@@ -167,6 +177,10 @@ def run_spark(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     end_of_input: bool = True,
     stop: threading.Event | None = None,
+    on_resume: Callable[[Committed, RestoreReport], None] | None = None,
+    program_updates: Callable[[], tuple[int | None, Any] | None] | None = None,
+    program_version: int | None = None,
+    on_change: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunSummary:
     """Run a program's rules, queries and metrics over a JSON-lines file or directory, or a
     Redis Stream, with Spark.
@@ -227,6 +241,22 @@ def run_spark(
     stop:
         Setting this event stops the query after its current micro-batch, as SIGINT/SIGTERM
         do (for a run in another thread).
+    on_resume:
+        Called before the query starts when the run continues a checkpoint, with its last
+        committed micro-batch and what the run does with each rule, query and metric of the
+        program (an edited program keeps the state of the unchanged ones; see
+        :mod:`spark_udf.edits`).
+    program_updates:
+        With ``available_now=False`` over a JSON-lines input: called between micro-batches,
+        returns ``(registry version, program)`` when the program changed (else ``None``). The
+        new program runs from the next micro-batch Spark plans, without restarting the query
+        (:mod:`spark_udf.live`): added rules, queries and metrics start there, changed ones
+        start fresh at a new version, removed ones stop, the others keep their state; each
+        match carries the ``registry_version`` it ran under (``program_version`` for the
+        program the run starts with).
+    on_change:
+        Hears what :class:`spark_udf.live.LiveChanges` reports: a program appended, then in
+        effect from a micro-batch.
 
     Returns
     -------
@@ -259,7 +289,6 @@ def run_spark(
         check_server(server_url)
     elif not os.path.exists(events_path):
         raise OperatorConfigError(f"events path {events_path!r} does not exist")
-    specs, skipped = _specs(program, lateness_ms)
     checkpoint = checkpoint or os.path.join(out, "_checkpoint")
     if "://" not in checkpoint and not checkpoint.startswith("file:"):
         # The JVM resolves a relative path against its own directory, which need not be ours.
@@ -268,11 +297,14 @@ def run_spark(
     index = None if from_redis else JsonLinesIndex(events_path)
     committed = last_committed(checkpoint)
     record = read_record(checkpoint)
+    previous = record.layout if record is not None and committed is not None else None
+    edit = _edit(program, lateness_ms, previous)
+    specs, skipped = list(edit.specs), list(edit.skipped)
     if buckets is None and committed is not None:
         # A checkpoint written before vigil.json recorded buckets used the default.
         buckets = record.layout.buckets if record is not None else DEFAULT_BUCKETS
     # What the checkpoint holds must fit this run: checked before a JVM starts.
-    layout = StateLayout.of(specs, buckets or DEFAULT_BUCKETS, input_kind)
+    layout = StateLayout.of(specs, buckets or DEFAULT_BUCKETS, input_kind, edit=edit)
     check_resumable(checkpoint, layout, committed, record,
                     None if index is None else index.counts())
     if spark is None:
@@ -282,14 +314,16 @@ def run_spark(
     if committed is None:
         partitions = new_checkpoint_partitions(spark, shuffle_partitions)
         buckets = buckets or buckets_for(partitions)
-        layout = StateLayout.of(specs, buckets, input_kind, partitions=partitions)
+        layout = StateLayout.of(specs, buckets, input_kind, partitions=partitions, edit=edit)
     else:
         buckets = layout.buckets
         if record is not None:
             layout = replace(layout, partitions=record.layout.partitions)
     check_shared_checkpoint(spark, checkpoint)
+    if on_resume is not None and committed is not None and previous is not None and edit.forms:
+        on_resume(committed, edit.report)
     plan = route_specs(SOURCE_TYPES, specs, json_col=EVENT_COLUMN, stream=stream,
-                       buckets=buckets) if specs else None
+                       buckets=buckets, slots=layout.slots) if specs else None
     finite = available_now and end_of_input
     # The end of a finite input is flushed beside the checkpoint (spark_udf.flush), which keeps
     # the state before it; a plan the flush cannot read (no route plan) ends its input with the
@@ -303,12 +337,31 @@ def run_spark(
         return read_jsonl(spark, events_path, max_records_per_batch=max_records_per_batch,
                           end_of_input=bool(in_stream_mark), **route)
 
-    events = read()
+    live = changes = None
+    if program_updates is not None:
+        if from_redis or available_now or plan is None:
+            raise OperatorConfigError(
+                "a program that changes while the query runs needs a following run "
+                "(available_now=False) over JSON-lines files, and a rule or metric to start "
+                "with" + (" (a Redis input runs the program it starts with)" if from_redis
+                          else "")
+            )
+        live = LiveProgram(checkpoint, dict(SOURCE_TYPES), EVENT_COLUMN, stream, buckets,
+                           lateness_ms)
+        changes = LiveChanges(ProgramLog(checkpoint), live, layout, plan.lateness_ms,
+                              on_change)
+        changes.start(program_version, program, edit)
+        route_options: dict[str, Any] = {"live": live}
+    else:
+        route_options = {}
+
+    events = read(**route_options)
     # Every rule set and metric in one stateful operator; a JSON-lines source routes its own
     # rows (spark_udf.routing): the events never cross into the JVM as rows.
-    routed = None if plan is None else (events if from_redis else read(route=plan), plan)
+    routed = None if plan is None else (
+        events if from_redis else read(route=plan, **route_options), plan)
     built = program_outputs(events, program, specs, skipped, json_col=EVENT_COLUMN,
-                            stream=stream, buckets=buckets, routed=routed)
+                            stream=stream, buckets=buckets, routed=routed, live=live)
     if built.outputs is None:
         raise OperatorConfigError("the program declares nothing the Spark engine runs")
     outputs, skipped = built.outputs, list(built.skipped)
@@ -322,7 +375,19 @@ def run_spark(
                            record.flushed_batch if record else None)
         write_record(checkpoint, record)
 
-    sink = BatchSink(out, dead_letter, fmt=fmt, on_matches=on_matches)
+    annotate = None
+    if changes is None and program_version is not None:
+        def annotate(batch_id: int) -> dict[str, Any]:
+            return {"registry_version": program_version}
+    elif changes is not None:
+        changes.layout = layout
+        follow_changes = changes
+
+        def annotate(batch_id: int) -> dict[str, Any]:
+            version = follow_changes.registry_version(batch_id)
+            return {} if version is None else {"registry_version": version}
+
+    sink = BatchSink(out, dead_letter, fmt=fmt, on_matches=on_matches, annotate=annotate)
     writer = outputs.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = (
         writer.trigger(availableNow=True)
@@ -345,6 +410,8 @@ def run_spark(
                         break
                     query.awaitTermination(0.25)
                     input_rows += _new_progress(query, seen, on_progress, failures)
+                    if changes is not None:
+                        _follow_program(changes, program_updates, checkpoint, record)
             except Exception:
                 if attempt == _STARTS or not _slow_python_start(query):
                     raise
@@ -373,6 +440,8 @@ def run_spark(
                 on_progress({"batchId": last.batch_id, "endOfInput": True, "flush": True,
                              "eventRows": 0, "matches": flushed,
                              "durationMs": {"triggerExecution": int(flush_s * 1000)}})
+    if changes is not None:
+        layout = changes.layout
     if last is not None:
         read_files = () if index is None else files_read(index.counts(), last.lines or 0)
         write_record(checkpoint, RunRecord(layout, read_files, flushed_batch))
@@ -391,6 +460,7 @@ def run_spark(
         resumed_after=None if committed is None else committed.batch_id,
         flushed_after=flushed_after,
         flush_s=flush_s,
+        edits=edit.report if previous is not None and edit.forms else None,
     )
 
 
@@ -426,6 +496,31 @@ def _stop_after_batch(query: Any, signals: _StopSignal) -> None:
 def _last_batch(query: Any) -> int | None:
     progress = query.lastProgress
     return None if progress is None else progress.get("batchId")
+
+
+def _follow_program(
+    changes: LiveChanges,
+    program_updates: Callable[[], tuple[int | None, Any] | None],
+    checkpoint: str,
+    record: RunRecord | None,
+) -> None:
+    """Between micro-batches of a live query: report the programs now in effect, and append
+    a new one if there is one (recording the layout it gives the checkpoint)."""
+    last = last_committed(checkpoint)
+    if last is not None:
+        changes.committed(last.batch_id)
+    update = program_updates()
+    if update is None:
+        return
+    version, program = update
+    try:
+        changes.take(version, program)
+    except (VigilError, OperatorConfigError, CheckpointError) as err:
+        if changes.on_change is not None:
+            changes.on_change({"registryVersion": version, "error": str(err)})
+        return
+    write_record(checkpoint, RunRecord(changes.layout, record.files if record else (),
+                                       record.flushed_batch if record else None))
 
 
 def _new_progress(

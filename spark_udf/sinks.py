@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +111,9 @@ class BatchSink:
         Called as ``on_matches(batch_id, matches)`` after the batch's files are written, with
         the match objects (parsed payloads). A replayed batch calls it again with the same
         matches: deliver idempotently by ``match_id``.
+    annotate:
+        ``annotate(batch_id)`` gives fields added to each of the batch's match objects (the
+        registry version a live query ran it with).
 
     Examples
     --------
@@ -143,6 +146,7 @@ class BatchSink:
     fmt: str = "jsonl"
     on_matches: MatchHook | None = None
     counters: SinkCounters = field(default_factory=SinkCounters)
+    annotate: Callable[[int], Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.fmt not in FORMATS:
@@ -172,6 +176,12 @@ class BatchSink:
         # Every processor reading a stream reports its bad events; a dead letter's id is a
         # hash of its content, so the copies of one are one row.
         dead = frame[is_dead].drop_duplicates("match_id")
+        extra = self.annotate(batch_id) if self.annotate is not None else None
+        if extra and len(matches):
+            matches = matches.assign(payload=[
+                json.dumps({**json.loads(p), **extra}, separators=(",", ":"))
+                for p in matches["payload"]
+            ])
         _write_rows(self.out, batch_id, matches, self.fmt, tag)
         if self.dead_letter is not None:
             _write_rows(self.dead_letter, batch_id, dead, self.fmt, tag)

@@ -229,11 +229,11 @@ def run(args: argparse.Namespace) -> int:
               "`notify`; --no-alerts runs without them)", file=sys.stderr)
         return EXIT_ERRORS
     if engine_name == "spark":
-        if follower is not None and getattr(args, "follow", False):
-            print(f"vigil run: the Spark query runs registry version {follower.applied}; later "
-                  "versions take effect when the run is restarted (--engine embedded takes "
-                  "them while it runs)", file=sys.stderr)
-        return _run_spark(args, program, engine, inputs, sink)
+        try:
+            return _run_spark(args, program, engine, inputs, sink, follower)
+        finally:
+            if follower is not None:
+                follower.registry.close()
     # A run that continues from a checkpoint appends to what the runs before it wrote.
     append = args.checkpoint is not None
     try:
@@ -482,14 +482,19 @@ def _engine_choice(args: argparse.Namespace, inputs: Sequence[EventInput]) -> st
     return "embedded"
 
 
-def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, sink: Any) -> int:
+def _run_spark(
+    args: argparse.Namespace, program: Any, engine: Engine, inputs, sink: Any,
+    follower: RegistryFollower | None = None,
+) -> int:
     """``--engine spark``: rules, queries and metrics run in one Structured Streaming query.
 
     ``--out DIR`` keeps the micro-batch files (and the checkpoint, by default); ``--out -``
     prints the matches as each micro-batch commits, with the files in a scratch directory.
     A finite run ends with the end-of-input flush, which the checkpoint does not keep: a rerun
     with it continues over whatever the input gained. ``--follow`` keeps the query polling
-    the input until SIGINT/SIGTERM, which stop it after the current micro-batch.
+    the input until SIGINT/SIGTERM, which stop it after the current micro-batch. With
+    ``--registry`` and ``--follow`` each new registry version runs from the next micro-batch
+    (:mod:`spark_udf.live`).
     """
     if len(inputs) != 1 or inputs[0].is_stdin:
         print("vigil run: --engine spark reads one --events file, directory or redis:// "
@@ -503,9 +508,10 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
     dead_dir = args.dead_letter or (None if to_stdout else os.path.join(out_dir, "_dead_letters"))
     log_path = os.path.join(out_dir, "_spark.log")
     counts: Counter[str] = Counter()
+    sinks = [sink]  # a registry version with other webhooks or `notify` reroutes the alerts
 
     def on_matches(batch_id: int, matches: list[dict[str, Any]]) -> None:
-        _alert(sink, matches)
+        _alert(sinks[0], matches)
         counts.update(str(m.get("name")) for m in matches)
         if to_stdout:
             _write(sys.stdout, matches)
@@ -523,6 +529,30 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
               "micro-batch", file=sys.stderr)
         if sink is not None:
             sink.start_delivery()  # a run that never ends delivers its alerts as they come
+    live: dict[str, Any] = {}
+    if follower is not None and follow and not inputs[0].is_redis:
+        def updates() -> tuple[int | None, Any] | None:
+            try:
+                applied = follower.poll()
+            except Exception:
+                print(f"vigil run: registry {follower.apply_error}: not applied; the run "
+                      f"goes on with version {follower.applied}", file=sys.stderr)
+                return None
+            if applied is None:
+                return None
+            before, sinks[0] = sinks[0], _rerouted(sinks[0], args, follower.program)
+            if sinks[0] is not None and sinks[0] is not before:
+                sinks[0].start_delivery()
+            return applied.version, follower.program.modules
+
+        live = {"program_updates": updates, "program_version": follower.applied,
+                "on_change": _spark_program_change}
+    elif follower is not None:
+        live = {"program_version": follower.applied}
+        if follow:
+            print(f"vigil run: the Spark query runs registry version {follower.applied}; a "
+                  "Redis input takes later versions when the run is restarted",
+                  file=sys.stderr)
     failed = True
     try:
         summary = run_spark(
@@ -530,8 +560,8 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
             master=args.master, checkpoint=args.checkpoint, on_matches=on_matches,
             stream=inputs[0].stream, spark=lambda: _spark_session(
                 args.master, log_path, getattr(args, "pack", None)),
-            on_progress=_spark_progress, available_now=not follow,
-            **({} if args.buckets is None else {"buckets": args.buckets}),
+            on_progress=_spark_progress, available_now=not follow, on_resume=_spark_resumed,
+            **({} if args.buckets is None else {"buckets": args.buckets}), **live,
         )
         failed = False
     except (CheckpointError, OperatorConfigError, SourceError) as err:
@@ -539,8 +569,8 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
         # count, an input changed behind it, an unreachable server): nothing ran.
         failed = False
         print(f"vigil run: {err}", file=sys.stderr)
-        if sink is not None:
-            sink.close()
+        if sinks[0] is not None:
+            sinks[0].close()
         return EXIT_USAGE
     finally:
         if scratch is not None and not failed:
@@ -563,8 +593,8 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
                "; its end of input was flushed by the run that read them")
         )
     print("\n".join(lines), file=sys.stderr)
-    if sink is not None:
-        _deliver(sink, args.delivery_deadline)
+    if sinks[0] is not None:
+        _deliver(sinks[0], args.delivery_deadline)
     if summary.stopped_by_signal:
         if scratch is not None and args.checkpoint is None:
             print("vigil run: stopped; with --out - no checkpoint was kept: give --checkpoint "
@@ -575,6 +605,29 @@ def _run_spark(args: argparse.Namespace, program: Any, engine: Engine, inputs, s
                   file=sys.stderr)
         return 130
     return EXIT_OK
+
+
+def _spark_program_change(change: dict[str, Any]) -> None:
+    """A registry version taken by a live Spark query, then in effect from a micro-batch."""
+    version = change.get("registryVersion")
+    if change.get("error"):
+        print(f"vigil run: registry version {version} not applied: {change['error']}; the "
+              "query goes on with the program it runs", file=sys.stderr)
+    elif change.get("appended"):
+        print(f"vigil run: registry version {version} taken; it runs from the next "
+              f"micro-batch ({change['report'].forms()})", file=sys.stderr)
+        for note in change.get("notes") or ():
+            print(f"vigil run: warning: registry version {version}: {note}", file=sys.stderr)
+    elif change.get("inEffect"):
+        print(f"vigil run: registry version {version} in effect from micro-batch "
+              f"{change['batchId']}, {change['afterMs']:.0f} ms after it was taken",
+              file=sys.stderr)
+
+
+def _spark_resumed(committed: Any, report: Any) -> None:
+    """Where a Spark run continues its checkpoint, and what the program's edits keep."""
+    print(f"vigil run: continuing after micro-batch {committed.batch_id} of the checkpoint: "
+          f"{report.forms()}", file=sys.stderr)
 
 
 def _spark_progress(progress: dict[str, Any]) -> None:

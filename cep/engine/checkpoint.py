@@ -83,6 +83,7 @@ __all__ = [
     "RestoreReport",
     "check_snapshot",
     "form_identity",
+    "form_version",
     "restore",
     "snapshot",
 ]
@@ -169,6 +170,39 @@ def form_identity(
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
 
 
+def form_version(
+    kind: str, identity: str, old: Mapping[str, Any] | None, gone: Mapping[str, Any] | None
+) -> tuple[str, int]:
+    """What a restart does with a rule, query or metric of this ``kind`` and ``identity``
+    (:func:`form_identity`): ``("kept" | "reset" | "added", version)``, from the form its name
+    had in the checkpoint (``old``: ``kind``, ``identity``, ``version``) or, when the
+    checkpoint's program no longer had it, the form it had when it was dropped (``gone``).
+    Both engines decide so; the caller still resets a kept form whose compiled fingerprint
+    changed (another build of Vigil).
+
+    Examples
+    --------
+    >>> form_version("rule", "ab", {"kind": "rule", "identity": "ab", "version": 3}, None)
+    ('kept', 3)
+    >>> form_version("rule", "cd", {"kind": "rule", "identity": "ab", "version": 3}, None)
+    ('reset', 4)
+    >>> form_version("rule", "ab", None, {"kind": "rule", "identity": "ab", "version": 3})
+    ('added', 3)
+    >>> form_version("rule", "ab", None, None)
+    ('added', 1)
+    """
+    if old is not None and old["kind"] == kind and old["identity"] == identity:
+        return "kept", old.get("version") or 1
+    if old is not None:
+        return "reset", (old.get("version") or 0) + 1
+    if gone is not None:
+        version = (gone.get("version") or 0) + 1
+        if gone["kind"] == kind and gone["identity"] == identity:
+            version -= 1  # the very form it had: its matches keep their ids
+        return "added", version
+    return "added", 1
+
+
 def _list_content(container: Any) -> Any:
     if container is None:
         return None
@@ -237,6 +271,16 @@ class RestoreReport:
         >>> RestoreReport(kept=("a", "b"), reset=("c",), versions={"c": 2}, keys=7).summary()
         'restored 7 key(s): kept 2 (a, b), reset 1 (c v2), added 0, dropped 0'
         """
+        return f"restored {self.keys} key(s): {self.forms()}"
+
+    def forms(self) -> str:
+        """What became of the rules, queries and metrics, for people.
+
+        Examples
+        --------
+        >>> RestoreReport(kept=("a",), added=("d",), versions={"d": 1}).forms()
+        'kept 1 (a), reset 0, added 1 (d), dropped 0'
+        """
 
         def names(items: tuple[str, ...], versioned: bool = False) -> str:
             if not items:
@@ -248,9 +292,8 @@ class RestoreReport:
             return f"{len(items)} ({', '.join(shown)})"
 
         return (
-            f"restored {self.keys} key(s): kept {names(self.kept)}, "
-            f"reset {names(self.reset, True)}, added {names(self.added)}, "
-            f"dropped {names(self.dropped)}"
+            f"kept {names(self.kept)}, reset {names(self.reset, True)}, "
+            f"added {names(self.added)}, dropped {names(self.dropped)}"
         )
 
 
@@ -543,17 +586,7 @@ class _Restore:
         operators: dict[str, MetricOperator] = {}
         for name, (kind, identity, decl) in current.items():
             old = old_forms.get(name)
-            if old is not None and old["kind"] == kind and old["identity"] == identity:
-                state, version = "kept", old.get("version") or 1
-            elif old is not None:
-                state, version = "reset", (old.get("version") or 0) + 1
-            elif name in retired:
-                gone = retired[name]
-                state, version = "added", (gone.get("version") or 0) + 1
-                if gone["kind"] == kind and gone["identity"] == identity:
-                    version -= 1  # the very form it had: its matches keep their ids
-            else:
-                state, version = "added", 1
+            state, version = form_version(kind, identity, old, retired.get(name))
             compile_at = self._rule if kind == "rule" else self._metric
             if kind != "query":
                 compiled = compile_at(decl, version)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from cep.engine import checkpoint
+from cep.engine.checkpoint import form_identity, form_version
 from cep.engine.column_route import ColumnRoute, run_block
 from cep.engine.dispatch import KeyedRules, KeyTimers, dispatch, fire_due
 from cep.engine.intake import (
@@ -244,8 +245,10 @@ class Engine:
         )
         rules_here = [d for d in new_decls if isinstance(d, ast.RuleDecl)]
         standing_here = [d for d in new_decls if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
-        compiled = [self._compile(decl, streams, lists) for decl in rules_here]
-        standing = self._standing.compile(standing_here, streams, lists)
+        versions = self._returning_versions(new_decls, streams, lists)
+        compiled = [self._compile(decl, streams, lists, versions.get(decl.name, 1))
+                    for decl in rules_here]
+        standing = self._standing.compile(standing_here, streams, lists, versions)
 
         # Nothing can fail past this point: commit the registration.
         self._declarations.update((_declared_as(d), d) for d in new_decls)
@@ -261,6 +264,8 @@ class Engine:
             elif isinstance(decl, ast.WebhookDecl):
                 self._webhooks[decl.name] = decl
         self._standing.add(standing, streams)
+        for name in versions:
+            self._retired_forms.pop(name, None)
         for decl, rule in zip(rules_here, compiled, strict=True):
             self._rules[decl.name] = rule
             self._rule_decls[decl.name] = decl
@@ -270,14 +275,52 @@ class Engine:
         self._plan_columns()
         return [decl.name for decl in [*rules_here, *standing_here]]
 
+    def _returning_versions(
+        self, decls: Sequence[ast.Declaration], streams: Mapping[str, ast.StreamDecl], lists
+    ) -> dict[str, int]:
+        """The versions of rules and metrics registered under a name this engine removed
+        (:meth:`unregister`, or a restore that dropped it): a changed form continues the
+        name's version numbering, so its matches never take the ids the earlier form gave;
+        the very form that was removed keeps its version (and its match ids)."""
+        versions = {}
+        for decl in decls:
+            gone = self._retired_forms.get(getattr(decl, "name", None))
+            if gone is not None and isinstance(decl, ast.RuleDecl | ast.MetricDecl):
+                kind, identity = self._form(decl, streams, lists)
+                versions[decl.name] = form_version(kind, identity, None, gone)[1]
+        return versions
+
+    def _form(self, decl: ast.Declaration, streams: Mapping[str, ast.StreamDecl],
+              lists) -> tuple[str, str]:
+        """A declaration's kind and identity (:func:`cep.engine.checkpoint.form_identity`)."""
+        if isinstance(decl, ast.RuleDecl):
+            kind, options = "rule", {"max_partials": self.max_partials}
+        elif isinstance(decl, ast.MetricDecl):
+            kind, options = "metric", {"lateness_ms": self.lateness_ms}
+        else:
+            kind, options = "query", {}
+        return kind, form_identity(decl, streams, lists, options)
+
+    def _retire(self, decl: ast.Declaration | None, version: int) -> None:
+        if decl is not None:
+            kind, identity = self._form(decl, self._streams, self._lists)
+            self._retired_forms[decl.name] = {"kind": kind, "identity": identity,
+                                              "version": version}
+
     def unregister(self, name: str) -> None:
-        """Remove a rule, query or metric and its state; the others keep theirs."""
+        """Remove a rule, query or metric and its state; the others keep theirs. Registered
+        again later, a changed form of it runs at the next version (see
+        :meth:`_returning_versions`)."""
         if name in self._standing:
+            metric = self._declarations.get((ast.MetricDecl, name))
+            if metric is not None:
+                self._retire(metric, self._standing.operators[name].compiled.version)
             self._standing.remove(name)
             self._declarations.pop((ast.QueryDecl, name), None)
             self._declarations.pop((ast.MetricDecl, name), None)
             return
         rule = self.rule(name)
+        self._retire(self._rule_decls.get(name), rule.version)
         del self._rules[name]
         del self._rule_decls[name]
         del self._slot_of[name]

@@ -74,12 +74,17 @@ class StandingQueries:
         decls: list[ast.QueryDecl | ast.MetricDecl],
         streams: Mapping[str, ast.StreamDecl],
         lists: Mapping[str, Any],
+        versions: Mapping[str, int] | None = None,
     ) -> list[tuple[ast.Node, Any]]:
-        """Compile declarations without registering them (so a failing one registers none)."""
+        """Compile declarations without registering them (so a failing one registers none),
+        each metric at its version in ``versions`` (default 1)."""
         compiled = []
         for decl in decls:
             if isinstance(decl, ast.MetricDecl):
-                metric = compile_program_metric(decl, streams, lists, lateness_ms=self.lateness_ms)
+                metric = compile_program_metric(
+                    decl, streams, lists, lateness_ms=self.lateness_ms,
+                    version=(versions or {}).get(decl.name, 1),
+                )
                 compiled.append((decl, MetricOperator(metric)))
             else:
                 for stream in decl.streams:  # fails early on a query the index would reject

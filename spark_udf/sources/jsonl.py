@@ -245,7 +245,12 @@ def end_mark_row() -> str:
 def route_option(plan: RoutePlan) -> str:
     """A route plan as the text of the source's ``route`` option (see :func:`read_jsonl
     <spark_udf.sources.read_jsonl>`)."""
-    return base64.b64encode(cloudpickle.dumps(plan)).decode("ascii")
+    return option_text(plan)
+
+
+def option_text(value: Any) -> str:
+    """An object as the text of a source option (pickled, base64)."""
+    return base64.b64encode(cloudpickle.dumps(value)).decode("ascii")
 
 
 def _route_of(options: dict[str, str]) -> RoutePlan | None:
@@ -258,10 +263,18 @@ def _route_of(options: dict[str, str]) -> RoutePlan | None:
     return plan
 
 
+def _live_of(options: dict[str, str]) -> Any:
+    # A spark_udf.live.LiveProgram: the program of each micro-batch is the log's entry its
+    # offsets pin (this source writes the newest entry's number into them).
+    text = options.get("live")
+    return cloudpickle.loads(base64.b64decode(text)) if text else None
+
+
 class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         self.index = JsonLinesIndex(options["path"])
         self.route = _route_of(options)
+        self.live = _live_of(options)
         self.max_records = positive_int(options, "maxRecordsPerBatch", _DEFAULT_MAX_RECORDS)
         self.per_partition = positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
         self.min_partitions = positive_int(options, "minPartitions", 1)
@@ -271,6 +284,11 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def initialOffset(self) -> dict:
         return {"line": 0}
+
+    def _pinned(self, offset: dict) -> dict:
+        if self.live is not None and not offset.get("end"):
+            return {**offset, "program": self.live.log().current()}
+        return offset
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records)
@@ -295,7 +313,7 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             available = min(available, first + limit.max_rows)
         elif not isinstance(limit, ReadAllAvailable):
             available = min(available, first + self.max_records)
-        return {"line": max(first, available)}
+        return self._pinned({"line": max(first, available)})
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self.index.refresh()
@@ -317,12 +335,17 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         else:
             assert isinstance(partition, LineSlice)
             batches = read_slice(partition)
-        if self.route is None:
+        route = self.route
+        if self.live is not None and route is not None:
+            route = self.live.for_task().plan
+            if route is None:  # this micro-batch's program has no keyed processor
+                return
+        if route is None:
             yield from batches
         else:
             # Route in the reading task itself: no row reaches the JVM, only one blob per
             # bucket and processor (see spark_udf.routing).
-            yield from route_plan_batches(batches, self.route)
+            yield from route_plan_batches(batches, route)
 
 
 class _JsonLinesBatchReader(DataSourceReader):
@@ -346,10 +369,12 @@ class JsonLinesSource(DataSource):
     Options: ``path`` (required), ``maxRecordsPerBatch`` (lines per micro-batch, default
     100000), ``linesPerPartition`` (at most this many lines per Spark task, default 200000),
     ``minPartitions`` (at least this many tasks per micro-batch, default 1), ``endOfInput``,
-    and ``route`` (streaming only, set by :func:`read_jsonl`): a route plan, with which the
+    ``route`` (streaming only, set by :func:`read_jsonl`): a route plan, with which the
     source hands over routed rows (:data:`spark_udf.routing.ROUTED_SCHEMA`) ready for
-    :func:`spark_udf.operator.detect_plan`. Works as a batch source too (``spark.read``), with
-    the same ``_seq``.
+    :func:`spark_udf.operator.detect_plan`, and ``live`` (streaming only): a
+    :class:`spark_udf.live.LiveProgram`, whose newest program the source pins into each
+    micro-batch's offsets and whose pinned program routes the batch's rows. Works as a batch
+    source too (``spark.read``), with the same ``_seq``.
     """
 
     @classmethod

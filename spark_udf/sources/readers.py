@@ -4,13 +4,14 @@ registered and read, plus helpers for Spark's own file, socket and rate sources.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_udf.errors import OperatorConfigError, SourceError
 from spark_udf.routing import RoutePlan
-from spark_udf.sources.jsonl import JsonLinesSource, route_option
+from spark_udf.sources.jsonl import JsonLinesSource, option_text, route_option
 from spark_udf.sources.redis_stream import RedisStreamSource
 from spark_udf.sources.rows import EVENT_COLUMN
 
@@ -45,8 +46,13 @@ def read_jsonl(
     max_records_per_batch: int = 100_000,
     end_of_input: bool = False,
     route: RoutePlan | None = None,
+    live: Any = None,
 ) -> DataFrame:
     """Events of a JSON-lines file or directory as ``(_seq, _event)``, streaming or static.
+
+    With ``live`` (a :class:`spark_udf.live.LiveProgram`; streaming) each micro-batch runs the
+    program its offsets pin: the newest of the program log when Spark planned it (with a
+    ``route``, its rows are routed by that program's plan).
 
     With a ``route`` (streaming; see :func:`spark_udf.rules.route_specs`) the rows come out
     already routed for :func:`spark_udf.operator.detect_plan`: the reading tasks parse, key
@@ -88,6 +94,10 @@ def read_jsonl(
         if not streaming:
             raise OperatorConfigError("read_jsonl: route is for streaming reads")
         reader = reader.option("route", route_option(route))
+    if live is not None:
+        if not streaming:
+            raise OperatorConfigError("read_jsonl: live is for streaming reads")
+        reader = reader.option("live", option_text(live))
     if streaming:
         reader = reader.option("minPartitions", spark.sparkContext.defaultParallelism)
     return reader.load()

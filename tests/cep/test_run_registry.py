@@ -15,60 +15,23 @@ import time
 from pathlib import Path
 
 import pytest
+from registry_changes import (
+    AMOUNTS_1,
+    AMOUNTS_2,
+    FRESH,
+    SMALL_2,
+    STREAM,
+    V1,
+    expected,
+    first_file_matches,
+    key,
+    lines,
+)
 
 from cep.cli import main
-from cep.engine import Engine
 from cep.registry import Registry
 
-T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 DEADLINE_S = 60.0
-
-STREAM = "stream txn (card_id string, amount float, ts timestamp) time ts\n"
-V1 = STREAM + """
-rule big from txn by card_id pattern b define b as amount > 100
-rule twice from txn by card_id pattern a b define a as amount > 100, b as amount > 100
-rule small from txn by card_id pattern s define s as amount < 10
-rule gone from txn by card_id pattern g define g as amount > 300
-"""
-# Version 2 replaces `small` (another threshold), removes `gone`, adds `fresh`; `twice`'s
-# partial matches from the first file complete in the second.
-SMALL_2 = "rule small from txn by card_id pattern s define s as amount < 6\n"
-FRESH = "rule fresh from txn by card_id pattern a b define a as amount < 10, b as amount > 100\n"
-
-AMOUNTS_1 = [500, 5, 500, 7, 3, 200, 8]
-AMOUNTS_2 = [400, 4, 150, 9, 600, 2]
-
-
-def _lines(amounts: list[float], start: int) -> list[str]:
-    return [
-        json.dumps({"card_id": f"c{(start + i) % 3}", "amount": a, "ts": T0 + start + i}) + "\n"
-        for i, a in enumerate(amounts)
-    ]
-
-
-def _key(match: dict) -> tuple:
-    return (match["name"], match["match_id"], json.dumps(match["events"], sort_keys=True))
-
-
-def _expected() -> tuple[set[tuple], set[tuple]]:
-    """(matches with the changes applied between the files, matches of a run without them)."""
-    first, second = _lines(AMOUNTS_1, 0), _lines(AMOUNTS_2, len(AMOUNTS_1))
-
-    def run(change: bool) -> set[tuple]:
-        engine = Engine()
-        engine.register(V1)
-        for position, line in enumerate(first):
-            engine.feed(json.loads(line), position=position)
-        if change:
-            engine.unregister("small")
-            engine.unregister("gone")
-            engine.register(SMALL_2 + FRESH)
-        for position, line in enumerate(second, start=len(first)):
-            engine.feed(json.loads(line), position=position)
-        engine.close()
-        return {_key(m) for m in engine.drain()}
-
-    return run(True), run(False)
 
 
 def _wait_for(out: Path, count: int, proc: subprocess.Popen) -> list[dict]:
@@ -96,7 +59,7 @@ def registry_path(tmp_path: Path) -> Path:
 def test_registry_versions_take_effect_between_files_and_spare_the_others(
     tmp_path: Path, registry_path: Path
 ) -> None:
-    with_change, without_change = _expected()
+    with_change, without_change = expected()
     events = tmp_path / "events"
     events.mkdir()
     out = tmp_path / "out.jsonl"
@@ -107,23 +70,23 @@ def test_registry_versions_take_effect_between_files_and_spare_the_others(
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )
     try:
-        (events / "1.jsonl").write_text("".join(_lines(AMOUNTS_1, 0)))
+        (events / "1.jsonl").write_text("".join(lines(AMOUNTS_1, 0)))
         # The first file is fed under version 1 before any change is pushed.
-        _wait_for(out, len(_first_file_matches()), proc)
+        _wait_for(out, len(first_file_matches()), proc)
         changes = tmp_path / "v2.vigil"
         changes.write_text(STREAM + SMALL_2 + FRESH)
         with Registry(registry_path) as registry:
             registry.remove(["gone"])
             registry.push([str(changes)])
             assert registry.version == 3
-        (events / "2.jsonl").write_text("".join(_lines(AMOUNTS_2, len(AMOUNTS_1))))
+        (events / "2.jsonl").write_text("".join(lines(AMOUNTS_2, len(AMOUNTS_1))))
         got = _wait_for(out, len(with_change), proc)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 130, err
     assert "registry version 3 in effect" in err, err
-    assert {_key(m) for m in got} == with_change
+    assert {key(m) for m in got} == with_change
     untouched = {"big", "twice"}
     assert {k for k in with_change if k[0] in untouched} == {
         k for k in without_change if k[0] in untouched
@@ -141,19 +104,11 @@ def test_registry_versions_take_effect_between_files_and_spare_the_others(
     assert [version for version, _ in applied.values()] == [3]
 
 
-def _first_file_matches() -> set[tuple]:
-    engine = Engine()
-    engine.register(V1)
-    for position, line in enumerate(_lines(AMOUNTS_1, 0)):
-        engine.feed(json.loads(line), position=position)
-    return {_key(m) for m in engine.drain()}
-
-
 def test_a_run_over_a_missing_or_empty_registry_or_with_files_is_refused(
     tmp_path: Path, registry_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     events = tmp_path / "e.jsonl"
-    events.write_text("".join(_lines(AMOUNTS_1, 0)))
+    events.write_text("".join(lines(AMOUNTS_1, 0)))
     (tmp_path / "r.vigil").write_text(V1)
 
     def run(*args: str) -> tuple[int, str, str]:

@@ -1,0 +1,116 @@
+"""Where a Spark checkpoint's state lives across program edits (spark_udf.edits): each keyed
+processor keeps its slot while its key definition (or metric form) stays, new ones take slots
+never used before, each rule and metric gets the version the embedded engine would give it,
+and groups of a slot no processor owns any more are recognised as such. No Spark here: the
+runs themselves are in test_spark_resume.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_udf.checkpoint import Committed, RunRecord, StateLayout, check_resumable
+from spark_udf.edits import edit_program, processor_identity
+from spark_udf.errors import CheckpointError
+from spark_udf.routing import JsonRoute, RoutePlan, StreamRoute
+from spark_udf.rules import processor_specs
+
+PROGRAM = """
+stream txn (card string, merchant string, amount float, ts timestamp) time ts unit ms
+rule two_big from txn by card pattern a b define a as amount > 100, b as amount > 100 within 1h
+rule quiet from txn by card pattern a !b define a as amount > 500, b as amount > 0 within 10m
+metric per_merchant from txn by merchant window tumbling 1m select count() as n
+"""
+
+
+def _layout(edit) -> StateLayout:
+    """The layout a run records, read back as the next run reads it."""
+    written = StateLayout.of(list(edit.specs), 4, "jsonl", edit=edit)
+    return StateLayout.from_json(json.loads(json.dumps(written.to_json())))
+
+
+def _versions(edit) -> dict[str, int]:
+    return {name: form["version"] for name, form in edit.forms.items()}
+
+
+def test_a_new_checkpoint_places_processors_by_index_at_version_one():
+    edit = edit_program(PROGRAM)
+    assert edit.slots == (0, 1) and edit.next_slot == 2
+    assert _versions(edit) == {"two_big": 1, "quiet": 1, "per_merchant": 1}
+    assert edit.report.added == ("two_big", "quiet", "per_merchant")
+
+
+def test_edits_keep_slots_of_unchanged_key_definitions_and_never_reuse_one():
+    one = edit_program(PROGRAM)
+    edited = (PROGRAM.replace("within 1h", "within 2h").replace("rule quiet", "rule hush")
+              .replace("select count() as n", "select count() as n, sum(amount) as s")
+              + "rule pair from txn by merchant pattern a b define a as amount > 9, "
+                "b as amount > 9\n")
+    two = edit_program(edited, previous=_layout(one))
+    identities = [processor_identity(spec) for spec in two.specs]
+    assert identities == ['rules [["txn",["card"]]]', 'rules [["txn",["merchant"]]]',
+                          "metric per_merchant v2"]
+    # The card rules stay at slot 0; the new key definition and the changed metric get new
+    # slots: 1 held the first metric's state, which nothing may read again.
+    assert two.slots == (0, 2, 3) and two.next_slot == 4
+    assert (two.report.kept, two.report.reset, two.report.added, two.report.dropped) == (
+        (), ("two_big", "per_merchant"), ("hush", "pair"), ("quiet",))
+    assert _versions(two) == {"two_big": 2, "hush": 1, "per_merchant": 2, "pair": 1}
+    # The rules are compiled at their versions (the state bytes and match ids carry them).
+    rules = {r.name: r.version for spec in two.specs for r in getattr(spec.processor, "rules", ())}
+    assert rules == {"two_big": 2, "hush": 1, "pair": 1}
+
+    # Back to the first program: nothing reuses a slot, and a form coming back runs at a new
+    # version (its old state may still sit in the store for keys no batch touched since).
+    three = edit_program(PROGRAM, previous=_layout(two))
+    assert three.slots == (0, 4) and three.next_slot == 5
+    assert _versions(three) == {"two_big": 3, "quiet": 2, "per_merchant": 3}
+    assert set(three.report.dropped) == {"hush", "pair"}
+
+
+def test_an_unchanged_program_keeps_everything_in_place():
+    one = edit_program(PROGRAM)
+    again = edit_program(PROGRAM.replace("within 1h", "within   1h  # same"),
+                         previous=_layout(one))
+    assert again.slots == one.slots and _versions(again) == _versions(one)
+    assert again.report.kept == ("two_big", "quiet", "per_merchant")
+    assert not again.report.changed
+
+
+def test_a_record_written_before_slots_continues_an_unchanged_program():
+    specs, _ = processor_specs(PROGRAM)
+    legacy = StateLayout.of(specs, 4, "jsonl").to_json()
+    for processor in legacy["processors"]:
+        del processor["slot"], processor["identity"]
+    for name in ("forms", "retired", "next_slot"):
+        del legacy[name]
+    old = StateLayout.from_json(legacy)
+    assert old.legacy
+    same = edit_program(PROGRAM, previous=old)
+    assert same.slots == (0, 1) and same.report.kept == ("two_big", "quiet", "per_merchant")
+    changed = edit_program(PROGRAM.replace("within 1h", "within 2h"), previous=old)
+    assert changed.report.reset == ("two_big",) and changed.slots == (0, 1)
+
+
+def test_processor_specs_continue_only_the_same_specs():
+    specs, _ = processor_specs(PROGRAM)
+    record = RunRecord(StateLayout.of(specs, 4, "jsonl"))
+    committed = Committed(0, ({"line": 3},))
+    check_resumable("ck", StateLayout.of(specs, 4, "jsonl"), committed, record)
+    with pytest.raises(CheckpointError, match=r"other processors \(\[two_big, quiet\] "
+                                              r"\[per_merchant\]; these specs run \[two_big, "
+                                              r"quiet\]\)"):
+        check_resumable("ck", StateLayout.of(specs[:1], 4, "jsonl"), committed, record)
+
+
+def test_groups_of_a_slot_no_processor_owns_have_no_owner():
+    route = JsonRoute("_event", {None: StreamRoute(("k",), "ts", 1)}, "s", 4)
+    plan = RoutePlan(((route, None, None), (route, None, None)), 4, 0, (0, 3))
+    assert [plan.offset(i) for i in range(2)] == [0, 12]
+    assert [plan.owner(g) for g in (0, 3, 4, 11, 12, 15, 16)] == [0, 0, None, None, 1, 1,
+                                                                   None]
+    by_index = RoutePlan(((route, None, None),), 4, 0)
+    assert (by_index.owner(3), by_index.owner(4)) == (0, None)
+    with pytest.raises(ValueError, match="one distinct slot per processor"):
+        RoutePlan(((route, None, None), (route, None, None)), 4, 0, (1, 1))
