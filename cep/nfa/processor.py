@@ -14,6 +14,7 @@ import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any, Protocol
 
 from cep.events.event import (
@@ -102,12 +103,17 @@ class KeyState:
     max_ts:
         Largest event time per stream seen for this key (for a watermark of its own when the
         caller supplies none).
+    unseen:
+        Per pending event (by ``seq``), the rules that must not see it: rules that started
+        fresh (added, or reset to a new version) after it was buffered, as a rule registered
+        in the embedded engine does not see the events its reorder buffer holds.
     """
 
     rules: dict[str, Any] = field(default_factory=dict)
     pending: list[Event] = field(default_factory=list)
     watermark: int = NO_WATERMARK
     max_ts: dict[str, int] = field(default_factory=dict)
+    unseen: dict[int, frozenset[str]] = field(default_factory=dict)
 
     def next_timer_ms(self) -> int | None:
         """The earliest event time at which the key must be woken, or ``None``."""
@@ -522,9 +528,24 @@ class RuleProcessor(KeyedProcessorBase):
                 cut = i
                 break
         ks.pending = pending[cut:]
-        self.run_events(key, ks, ((e, None) for e in pending[:cut]), outputs)
+        released = pending[:cut]
+        if ks.unseen:
+            self._run_unseen(key, ks, released, outputs)
+        else:
+            self.run_events(key, ks, ((e, None) for e in released), outputs)
         self.fire_timers(ks, watermark_ms, outputs)
         return self._result(ks, outputs, dead)
+
+    def _run_unseen(
+        self, key: tuple, ks: KeyState, released: list[Event], outputs: list[dict[str, Any]]
+    ) -> None:
+        """Run released events in order, each skipping the rules that must not see it."""
+        index = {rule.name: i for i, rule in enumerate(self.rules)}
+        for skip, group in groupby(
+            released, key=lambda e: ks.unseen.pop(e.seq, frozenset())
+        ):
+            indices = frozenset(index[n] for n in skip if n in index)
+            self._run_rules(key, ks, ((e, None) for e in group), outputs, indices)
 
     # ------------------------------------------------------------------ state bytes
 
@@ -538,11 +559,20 @@ class RuleProcessor(KeyedProcessorBase):
             parts.append(_RULE_HEAD.pack(len(encoded), self._rule_by_name[name].version, len(blob)))
             parts.append(encoded)
             parts.append(blob)
+        body: dict[str, Any] = {
+            "max_ts": state.max_ts,
+            "pending": [[e.id, e.stream, e.ts, e.seq, e.fields] for e in state.pending],
+        }
+        if state.pending:
+            # Which rules saw the pending events buffered (a later program's fresh rules must
+            # not; see KeyState.unseen).
+            body["rules"] = [[r.name, r.version] for r in self.rules]
+            unseen = {e.seq: sorted(state.unseen[e.seq]) for e in state.pending
+                      if state.unseen.get(e.seq)}
+            if unseen:
+                body["unseen"] = [[seq, names] for seq, names in unseen.items()]
         extra = json.dumps(
-            {
-                "max_ts": state.max_ts,
-                "pending": [[e.id, e.stream, e.ts, e.seq, e.fields] for e in state.pending],
-            },
+            body,
             separators=(",", ":"),
             ensure_ascii=False,
         ).encode("utf-8")
@@ -590,6 +620,14 @@ class RuleProcessor(KeyedProcessorBase):
             Event(id=i, stream=s, ts=int(t), seq=int(q), fields=f)
             for i, s, t, q, f in extra["pending"]
         ]
+        if ks.pending and "rules" in extra:
+            saw = {(str(n), int(v)) for n, v in extra["rules"]}
+            fresh = frozenset(r.name for r in self.rules if (r.name, r.version) not in saw)
+            stored = {int(q): frozenset(names) for q, names in extra.get("unseen", ())}
+            for event in ks.pending:
+                names = stored.get(event.seq, frozenset()) | fresh
+                if names:
+                    ks.unseen[event.seq] = names
         return ks
 
     # ------------------------------------------------------------------ helpers
