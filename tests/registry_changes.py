@@ -6,8 +6,10 @@ an embedded engine given those changes at that place matches."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from cep.engine import Engine
+from cep.registry import Registry
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 
@@ -65,3 +67,14 @@ def first_file_matches() -> set[tuple]:
     for position, line in enumerate(lines(AMOUNTS_1, 0)):
         engine.feed(json.loads(line), position=position)
     return {key(m) for m in engine.drain()}
+
+
+def push_changes(registry_path: Path, work: Path) -> None:
+    """Make the change in the registry: `gone` removed (version 2), then `small` replaced and
+    `fresh` added (version 3)."""
+    changes = work / "v2.vigil"
+    changes.write_text(STREAM + SMALL_2 + FRESH)
+    with Registry(registry_path) as registry:
+        registry.remove(["gone"])
+        registry.push([str(changes)])
+        assert registry.version == 3

@@ -18,14 +18,12 @@ import pytest
 from registry_changes import (
     AMOUNTS_1,
     AMOUNTS_2,
-    FRESH,
-    SMALL_2,
-    STREAM,
     V1,
     expected,
     first_file_matches,
     key,
     lines,
+    push_changes,
 )
 
 from cep.cli import main
@@ -73,12 +71,7 @@ def test_registry_versions_take_effect_between_files_and_spare_the_others(
         (events / "1.jsonl").write_text("".join(lines(AMOUNTS_1, 0)))
         # The first file is fed under version 1 before any change is pushed.
         _wait_for(out, len(first_file_matches()), proc)
-        changes = tmp_path / "v2.vigil"
-        changes.write_text(STREAM + SMALL_2 + FRESH)
-        with Registry(registry_path) as registry:
-            registry.remove(["gone"])
-            registry.push([str(changes)])
-            assert registry.version == 3
+        push_changes(registry_path, tmp_path)
         (events / "2.jsonl").write_text("".join(lines(AMOUNTS_2, len(AMOUNTS_1))))
         got = _wait_for(out, len(with_change), proc)
     finally:

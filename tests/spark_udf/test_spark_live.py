@@ -20,14 +20,12 @@ import pytest
 from registry_changes import (
     AMOUNTS_1,
     AMOUNTS_2,
-    FRESH,
-    SMALL_2,
-    STREAM,
     V1,
     expected,
     first_file_matches,
     key,
     lines,
+    push_changes,
 )
 
 from cep.registry import Registry
@@ -81,12 +79,7 @@ def test_registry_versions_run_from_the_next_micro_batch_on_spark(tmp_path: Path
             first = first_file_matches()
             _wait(lambda: {key(m) for m in _matches(out)} >= first, proc,
                   "matches of the first file")
-            changes = tmp_path / "v2.vigil"
-            changes.write_text(STREAM + SMALL_2 + FRESH)
-            with Registry(registry_path) as registry:
-                registry.remove(["gone"])
-                registry.push([str(changes)])
-                assert registry.version == 3
+            push_changes(registry_path, tmp_path)
             # In effect before the second file arrives: a micro-batch without new lines
             # carries the new program (its offsets pin it).
             _wait(lambda: "registry version 3 in effect from micro-batch" in
