@@ -4,13 +4,23 @@ alerts delivered through the outbox to a verifying receiver on loopback.
 A writer appends events to the file at a fixed rate, each carrying the wall-clock time it was
 written (``sent``); one event in ``--hot-every`` is "hot" and fires a rule whose alert carries
 that time back (``emit a.sent as sent``). The receiver notes when each signed alert arrives, so
-the latency of an alert is arrival - write: reading (the follow poll), parsing, matching, the
+the latency of an alert is arrival - write: reading (woken by inotify), parsing, matching, the
 outbox's durable write (fsync), the dispatcher, HTTP. Each rate runs for ``--seconds``; a rate
 is *sustained* when every alert arrived and the writer kept its schedule. Reported per rate:
-p50, p99 and max latency, alerts received/expected, the rate achieved::
+p50, p99 and max latency, alerts received/expected (and any delivered twice), the rate
+achieved, the CPU seconds the run used while the events were written and the load average of
+the machine (1 minute) when the rate ended::
 
     .venv/bin/python bench/bench_latency.py --engine embedded --rates 5000,20000,40000
     .venv/bin/python bench/bench_latency.py --engine spark --rates 10000,50000 --seconds 40
+
+``--tree DIR`` runs another checkout's ``vigil run`` (``git worktree add /tmp/before HEAD~1``)
+with this script, and several trees alternate within each round (``--rounds``), so that a
+before/after comparison sees the same load; ``--find-max`` instead raises the rate from the
+first of ``--rates`` by ``--step`` while the median p99 of ``--rounds`` runs stays under
+``--goal-ms``, and reports the highest rate that did::
+
+    .venv/bin/python bench/bench_latency.py --tree /tmp/before --tree . --rates 20000 --rounds 3
 
 Goals (issue #20): embedded p99 <= 50 ms at 20k events/s; Spark (local[2]) p99 <= 3 s at
 50k events/s.
@@ -55,10 +65,24 @@ class Result:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    duplicates: int = 0
+    cpu_s: float = 0.0
+    load: float = 0.0
+    tree: str = ""
 
     @property
     def sustained(self) -> bool:
         return self.received == self.expected and self.achieved >= 0.95 * self.rate
+
+    def row(self) -> str:
+        return (f"{self.tree:<16} {self.engine:<9} {self.rate:>8,} {self.achieved:>9,.0f} "
+                f"{self.received:>5}/{self.expected:<5} {self.duplicates:>4} {self.p50_ms:>8.1f} "
+                f"{self.p99_ms:>8.1f} {self.max_ms:>8.1f} {self.cpu_s:>6.1f} {self.load:>5.2f}  "
+                f"{self.sustained}")
+
+
+HEADER = (f"{'tree':<16} {'engine':<9} {'rate/s':>8} {'achieved':>9} {'alerts':>11} {'dup':>4} "
+          f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'cpu s':>6} {'load':>5}  sustained")
 
 
 def _line(i: int, hot: bool) -> str:
@@ -67,7 +91,9 @@ def _line(i: int, hot: bool) -> str:
                        "ts": int(now * 1000)}) + "\n"
 
 
-def run_rate(engine: str, rate: int, seconds: float, hot_every: int, master: str) -> Result:
+def run_rate(engine: str, rate: int, seconds: float, hot_every: int, master: str,
+             tree: Path = ROOT) -> Result:
+    """One run of ``vigil run --follow`` (of the checkout ``tree``) at ``rate`` events/s."""
     secret = new_secret()
     latencies: list[float] = []
     lock = threading.Lock()
@@ -89,9 +115,9 @@ def run_rate(engine: str, rate: int, seconds: float, hot_every: int, master: str
                    "--outbox", str(Path(tmp, "outbox.sqlite"))]
         if engine == "spark":
             command += ["--master", master]
-        env = {**os.environ, "BENCH_HOOK_SECRET": secret}
+        env = {**os.environ, "BENCH_HOOK_SECRET": secret, "PYTHONPATH": str(tree)}
         log = open(Path(tmp, "run.log"), "w")  # noqa: SIM115 - closed below
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(command, cwd=tree, env=env, stdout=log, stderr=log)
         try:
             # Warm up: one hot event, until its alert arrives (the pipeline is up).
             with events.open("a") as handle:
@@ -105,7 +131,9 @@ def run_rate(engine: str, rate: int, seconds: float, hot_every: int, master: str
                 time.sleep(0.05)
             with lock:
                 latencies.clear()
+            cpu_start = _process_cpu(proc.pid)
             written, expected = _write(events, rate, seconds, hot_every)
+            cpu_s = _process_cpu(proc.pid) - cpu_start
             achieved = written / seconds
             settle = time.monotonic() + (30 if engine == "spark" else 10)
             while time.monotonic() < settle:
@@ -114,17 +142,39 @@ def run_rate(engine: str, rate: int, seconds: float, hot_every: int, master: str
                         break
                 time.sleep(0.05)
         finally:
+            load = os.getloadavg()[0]
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
             log.close()
+        duplicates = receiver.duplicates
     with lock:
         got = sorted(latencies)
     ms = [x * 1000 for x in got] or [float("nan")]
     return Result(engine, rate, achieved, expected, len(got), statistics.median(ms),
-                  ms[min(len(ms) - 1, int(0.99 * len(ms)))], ms[-1])
+                  ms[min(len(ms) - 1, int(0.99 * len(ms)))], ms[-1], duplicates,
+                  cpu_s, load, _label(tree))
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used so far (Linux; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _label(tree: Path) -> str:
+    """A tree as the table names it: the end of its directory's name ("this tree" for this
+    checkout)."""
+    if tree.resolve() == ROOT:
+        return "this tree"
+    return tree.name[-16:]
 
 
 def _write(path: Path, rate: int, seconds: float, hot_every: int) -> tuple[int, int]:
@@ -154,6 +204,23 @@ def _write(path: Path, rate: int, seconds: float, hot_every: int) -> tuple[int, 
     return written, hot
 
 
+def find_max(engine: str, start: int, args: argparse.Namespace, tree: Path) -> int | None:
+    """The highest rate, from ``start`` up by ``--step`` each time, at which the run kept up
+    and the median p99 of ``--rounds`` runs stayed under ``--goal-ms`` (``None`` when
+    ``start`` already did not)."""
+    best, rate = None, start
+    while True:
+        runs = []
+        for _ in range(args.rounds):
+            r = run_rate(engine, rate, args.seconds, args.hot_every, args.master, tree)
+            print(r.row(), flush=True)
+            runs.append(r)
+        if not (all(r.sustained for r in runs)
+                and statistics.median(r.p99_ms for r in runs) <= args.goal_ms):
+            return best
+        best, rate = rate, int(rate * args.step)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["embedded", "spark"], default="embedded")
@@ -162,13 +229,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hot-every", type=int, default=200,
                         help="one event in N fires an alert (default 200)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--tree", action="append", type=Path, default=None,
+                        help="a checkout whose vigil run is measured (repeatable: the trees "
+                        "alternate; default this one)")
+    parser.add_argument("--rounds", type=int, default=1, help="times each rate is run per tree")
+    parser.add_argument("--find-max", action="store_true",
+                        help="raise the rate from the first of --rates while p99 <= goal")
+    parser.add_argument("--goal-ms", type=float, default=50.0)
+    parser.add_argument("--step", type=float, default=1.25, help="--find-max: rate factor")
     args = parser.parse_args(argv)
-    print(f"{'engine':<9} {'rate/s':>8} {'achieved':>9} {'alerts':>11} {'p50 ms':>8} "
-          f"{'p99 ms':>8} {'max ms':>8}  sustained")
-    for rate in (int(r) for r in args.rates.split(",")):
-        r = run_rate(args.engine, rate, args.seconds, args.hot_every, args.master)
-        print(f"{r.engine:<9} {r.rate:>8,} {r.achieved:>9,.0f} {r.received:>5}/{r.expected:<5} "
-              f"{r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {r.max_ms:>8.1f}  {r.sustained}", flush=True)
+    trees = args.tree or [ROOT]
+    rates = [int(r) for r in args.rates.split(",")]
+    print(HEADER)
+    if args.find_max:
+        for tree in trees:
+            best = find_max(args.engine, rates[0], args, tree)
+            print(f"{_label(tree)}: highest rate with a median p99 <= {args.goal_ms:g} ms: "
+                  f"{'none' if best is None else f'{best:,}'} events/s", flush=True)
+        return 0
+    results: list[Result] = []
+    for _ in range(args.rounds):
+        for rate in rates:
+            for tree in trees:
+                r = run_rate(args.engine, rate, args.seconds, args.hot_every, args.master, tree)
+                results.append(r)
+                print(r.row(), flush=True)
+    if args.rounds > 1:
+        print("\nmedian over rounds (p50, p99, max in ms; load):")
+        for rate in rates:
+            for tree in trees:
+                mine = [r for r in results if r.rate == rate and r.tree == _label(tree)]
+                print(f"{_label(tree):<16} {rate:>8,}  p50 "
+                      f"{statistics.median(r.p50_ms for r in mine):6.1f}  p99 "
+                      f"{statistics.median(r.p99_ms for r in mine):6.1f}  max "
+                      f"{statistics.median(r.max_ms for r in mine):6.1f}  p99 range "
+                      f"{min(r.p99_ms for r in mine):.1f}-{max(r.p99_ms for r in mine):.1f}  "
+                      f"load {statistics.median(r.load for r in mine):.2f}")
     return 0
 
 

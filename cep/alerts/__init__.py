@@ -5,6 +5,8 @@ Typical use::
 
     outbox = Outbox("alerts.sqlite")
     outbox.enqueue(match, [endpoint])          # durable before the match is acknowledged
+    # or, without waiting for the disk: OutboxWriter(outbox).put(outbox.prepare(...)), and
+    # wait() before the input that produced the matches is acknowledged
     Dispatcher(outbox, [endpoint]).drain(deadline_s=30.0)
 """
 
@@ -33,6 +35,7 @@ from .outbox import (
     Message,
     Outbox,
     Outcome,
+    QueuedAlert,
     replay,
     status,
 )
@@ -42,6 +45,7 @@ from .routing import DEFAULT_OUTBOX, AlertSink, endpoints_from_program
 from .signing import decode_secret, new_secret, sign, verify
 from .throttle import Throttle
 from .transport import HttpResponse, HttpTransport, Transport
+from .writer import OutboxWriter
 
 __all__ = [
     "DEFAULT_OUTBOX",
@@ -69,7 +73,9 @@ __all__ = [
     "Message",
     "Outbox",
     "OutboxError",
+    "OutboxWriter",
     "Outcome",
+    "QueuedAlert",
     "ReceivedAlert",
     "ResponseHook",
     "RetryPolicy",

@@ -4,7 +4,8 @@ match instead of when the input ends.
 
 The thread only ever calls :meth:`Dispatcher.drain` in short slices; the outbox (its own lock,
 WAL journaling) is shared with the thread that queues. Retries, breakers and per-endpoint order
-are the dispatcher's, unchanged.
+are the dispatcher's, unchanged. The thread never polls: it waits on one event, set when a
+message is stored (:meth:`LiveDelivery.wake`) and when a request ends.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ class LiveDelivery:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join()
-        self._results.append(self._dispatcher.drain(deadline_s))
+        try:
+            self._results.append(self._dispatcher.drain(deadline_s))
+        finally:
+            self._dispatcher.close()
         if self.error is not None:
             raise self.error
         return _total(self._results)
@@ -97,8 +101,11 @@ class LiveDelivery:
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
-                result = self._dispatcher.drain(SLICE_S)
+                dispatcher = self._dispatcher
+                result = dispatcher.drain(SLICE_S, wake=self._wake)
                 self._results.append(result)
+                if self._dispatcher is not dispatcher:  # retargeted: the old one is done
+                    dispatcher.close()
                 nap = IDLE_S
                 if result.next_attempt_at is not None:
                     nap = min(nap, max(0.0, result.next_attempt_at - time.time()))

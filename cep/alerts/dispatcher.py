@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -155,7 +156,9 @@ class Dispatcher:
             raise AlertConfigError(f"max_workers must be >= 1, got {max_workers}")
         self._policy = policy or RetryPolicy()
         self._clock = clock or SystemClock()
+        self._own_transport = transport is None
         self._transport = transport or HttpTransport()
+        self._pool: ThreadPoolExecutor | None = None
         self._rng = rng or random.Random()
         self._max_workers = max_workers
         self._breakers = {
@@ -169,17 +172,23 @@ class Dispatcher:
         """Each configured endpoint's circuit breaker (in memory; reset on restart)."""
         return self._breakers
 
-    def drain(self, deadline_s: float) -> DrainResult:
+    def drain(self, deadline_s: float, *, wake: threading.Event | None = None) -> DrainResult:
         """Deliver due messages until none is due before the deadline, or it passes.
 
         Waits (on the dispatcher's clock) for retries that fall due before the deadline.
         Requests in flight when the deadline passes are completed and recorded. Whatever is
-        still pending stays in the outbox for the next run.
+        still pending stays in the outbox for the next run. The worker threads and the
+        connections kept open stay for the next drain, until :meth:`close`.
 
         Parameters
         ----------
         deadline_s : float
             Seconds, on the dispatcher's clock, after which no new request is started.
+        wake : threading.Event, optional
+            Set by whoever stores a message while the drain runs: a wait for a retry or for a
+            request in flight ends at once, and the new message is sent if its endpoint is
+            free (a slow or retrying endpoint then holds back nobody else's new messages).
+            The waits are then in real time, whatever the clock.
         """
         if not (deadline_s >= 0 and math.isfinite(deadline_s)):
             raise AlertConfigError(f"deadline_s must be finite and >= 0, got {deadline_s}")
@@ -188,8 +197,13 @@ class Dispatcher:
         unknown: set[str] = set()
         in_flight: dict[str, Future[_Attempt]] = {}
         deadline_reached = False
-        with ThreadPoolExecutor(self._max_workers, thread_name_prefix="vigil-alerts") as pool:
+        if self._pool is None:  # kept for the next drain: a live run drains at every alert
+            self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="vigil-alerts")
+        pool = self._pool
+        try:
             while True:
+                if wake is not None:
+                    wake.clear()  # before the outbox is read: a message stored after wakes
                 for name, future in list(in_flight.items()):
                     if future.done():
                         del in_flight[name]
@@ -209,18 +223,40 @@ class Dispatcher:
                             next_due = min(next_due, ready_at)
                         elif len(in_flight) < self._max_workers and breaker.try_acquire(now):
                             endpoint = self._endpoints[head.endpoint]
-                            in_flight[head.endpoint] = pool.submit(self._send, head, endpoint)
+                            future = pool.submit(self._send, head, endpoint)
+                            if wake is not None:
+                                future.add_done_callback(lambda _: wake.set())
+                            in_flight[head.endpoint] = future
                 if not in_flight:
                     if now >= deadline:
                         deadline_reached = self._has_due_work(now)
                         break
                     if next_due >= deadline:
                         break
-                    self._clock.sleep(next_due - now)
+                    if wake is None:
+                        self._clock.sleep(next_due - now)
+                    else:
+                        wake.wait(next_due - now)
                     continue
                 timeout = None if next_due == math.inf else max(0.0, min(next_due, deadline) - now)
-                wait(list(in_flight.values()), timeout=timeout, return_when=FIRST_COMPLETED)
+                if wake is None:
+                    wait(list(in_flight.values()), timeout=timeout, return_when=FIRST_COMPLETED)
+                else:  # a finished request sets it too
+                    wake.wait(timeout)
+        except BaseException:
+            # Nothing in flight outlives the drain: a later one may send those messages again.
+            wait(list(in_flight.values()))
+            raise
         return self._result(tally, unknown, deadline_reached)
+
+    def close(self) -> None:
+        """Stop the worker threads and close the connections kept open (a later
+        :meth:`drain` starts them again)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        if self._own_transport and isinstance(self._transport, HttpTransport):
+            self._transport.close()
 
     def _has_due_work(self, now: float) -> bool:
         return any(

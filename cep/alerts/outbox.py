@@ -3,7 +3,10 @@
 Every state change of a message and the attempt that caused it are written in one
 transaction, so a crash at any point leaves either the old or the new state — never a lost
 message. A crash after a response but before its row is updated means the message is sent
-again; receivers deduplicate on ``webhook-id``.
+again; receivers deduplicate on ``webhook-id``. A new message is on disk (``fsync``) before
+:meth:`Outbox.store` returns; an attempt's record is not forced to disk (one ``fsync`` per
+webhook would bound a busy endpoint's rate by the disk's): a power loss right after it is then
+the crash before it, and the message is sent again.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "Message",
     "Outbox",
     "Outcome",
+    "QueuedAlert",
     "replay",
     "status",
 ]
@@ -134,6 +138,18 @@ class Message:
 
 
 @dataclass(frozen=True)
+class QueuedAlert:
+    """A match to store for its endpoints, checked and serialised (:meth:`Outbox.prepare`),
+    not yet on disk."""
+
+    msg_id: str
+    body: bytes
+    endpoints: tuple[Endpoint, ...]
+    event_type: str
+    created_at: float
+
+
+@dataclass(frozen=True)
 class AttemptRecord:
     """One row of the delivery log."""
 
@@ -232,23 +248,35 @@ class Outbox:
     def __init__(self, path: str | os.PathLike[str], *, clock: Clock | None = None) -> None:
         self.path = os.fspath(path)
         self._clock = clock or SystemClock()
+        # Two connections: new messages are stored through their own, so that reading the
+        # outbox (the delivery's next message) never waits behind a store's fsync; the write
+        # lock orders the write transactions of both, which SQLite would order by polling.
         self._lock = threading.RLock()
+        self._store_lock = threading.RLock()
+        self._write_lock = threading.RLock()
         self.conflicts = 0
+        self._db = self._connect()
         try:
-            self._db = sqlite3.connect(
+            self._initialise()
+            self._store_db = self._connect()
+            self._store_db.execute("PRAGMA synchronous=FULL")
+            self._store_db.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise OutboxError(f"{self.path!r} is not a usable outbox: {exc}") from exc
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
             )
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot open outbox {self.path!r}: {exc}") from exc
-        self._db.row_factory = sqlite3.Row
-        try:
-            self._initialise()
-        except sqlite3.DatabaseError as exc:
-            self._db.close()
-            raise OutboxError(f"{self.path!r} is not a usable outbox: {exc}") from exc
-        except OutboxError:
-            self._db.close()
-            raise
+        db.row_factory = sqlite3.Row
+        return db
 
     def _initialise(self) -> None:
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -279,23 +307,36 @@ class Outbox:
                 )
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+    def _transaction(
+        self, *, synced: bool = True, storing: bool = False
+    ) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``synced=False`` commits it without an ``fsync`` (it
+        survives the process being killed, not a power loss; the next synced commit makes it
+        durable too); ``storing`` runs it on the connection that stores new messages."""
+        db, lock = (self._store_db, self._store_lock) if storing else (self._db, self._lock)
+        with self._write_lock, lock:
+            if not synced:
+                db.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+            finally:
+                if not synced:
+                    db.execute("PRAGMA synchronous=FULL")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._db.execute(sql, params).fetchall()
 
     def close(self) -> None:
-        """Close the database connection."""
-        with self._lock:
+        """Close the database connections."""
+        with self._write_lock, self._store_lock, self._lock:
+            self._store_db.close()
             self._db.close()
 
     def __enter__(self) -> Outbox:
@@ -349,6 +390,22 @@ class Outbox:
             If a match has no usable ``match_id`` or is not JSON-serialisable (nothing of
             ``items`` is stored then).
         """
+        return self.store(self.prepare(items, event_type=event_type))
+
+    def prepare(
+        self,
+        items: Sequence[tuple[dict[str, Any], Sequence[Endpoint]]],
+        *,
+        event_type: str = MATCH_EVENT_TYPE,
+    ) -> list[QueuedAlert]:
+        """Check and serialise each ``(match, endpoints)`` of ``items``, for :meth:`store`
+        (in the thread that has the matches, so that a bad one is reported there).
+
+        Raises
+        ------
+        InvalidMatchError
+            If a match has no usable ``match_id`` or is not JSON-serialisable.
+        """
         now = self._clock.now()
         prepared = []
         for match, endpoints in items:
@@ -357,13 +414,22 @@ class Outbox:
                 if not isinstance(endpoint, Endpoint):
                     raise AlertConfigError(f"expected Endpoint, got {type(endpoint).__name__}")
             body = envelope_body(match, event_type=event_type, created_at=now)
-            prepared.append((msg_id, body, endpoints))
-        if not prepared:
+            prepared.append(QueuedAlert(msg_id, body, tuple(endpoints), event_type, now))
+        return prepared
+
+    def store(self, alerts: Sequence[QueuedAlert]) -> int:
+        """Durably store ``alerts`` (from :meth:`prepare`), all in one transaction, as
+        :meth:`enqueue` does; return how many messages were new. Once it returns, they are on
+        disk (``synchronous=FULL``)."""
+        if not alerts:
             return 0
         stored = 0
-        with self._transaction() as db:
-            for msg_id, body, endpoints in prepared:
-                stored += self._store(db, msg_id, body, endpoints, event_type, now)
+        with self._transaction(storing=True) as db:
+            for alert in alerts:
+                stored += self._store(
+                    db, alert.msg_id, alert.body, alert.endpoints, alert.event_type,
+                    alert.created_at,
+                )
         return stored
 
     def _store(
@@ -433,7 +499,8 @@ class Outbox:
         if outcome is Outcome.RETRY and next_attempt_at is None:
             raise AlertConfigError("a retry needs next_attempt_at")
         attempt = message.attempts + 1
-        with self._transaction() as db:
+        # Not synced: lost with a power loss, the attempt is made again (see the module's doc).
+        with self._transaction(synced=False) as db:
             db.execute(
                 "INSERT INTO attempts (seq, msg_id, endpoint, url, attempt, attempted_at,"
                 " status, error, latency_ms, outcome, next_attempt_at)"

@@ -209,6 +209,9 @@ class WebhookReceiver:
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # The reply's head and body are two writes: with Nagle's algorithm on, the body
+            # would wait for the sender's delayed ACK (40 ms) on a kept-alive connection.
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 length = self.headers.get("Content-Length")

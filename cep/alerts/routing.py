@@ -1,5 +1,8 @@
 """Alert routing, between the engine and webhook delivery: which matches alert whom (``notify``),
-throttling, and the durable outbox they are written to before the engine moves on."""
+throttling, and the durable outbox they are written to — before the engine moves on
+(:meth:`AlertSink.submit_many`), or by the outbox's writer thread while it goes on
+(:meth:`AlertSink.queue_many`, then :meth:`AlertSink.flush` before its input is
+acknowledged)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from .endpoint import Endpoint
 from .errors import AlertConfigError
 from .outbox import Outbox
 from .throttle import Throttle
+from .writer import OutboxWriter
 
 DEFAULT_OUTBOX = os.path.join("out", "outbox.sqlite")
 
@@ -84,8 +88,10 @@ class AlertSink:
     """Takes every match; enqueues those whose rule, query or metric has ``notify``.
 
     A match is written to the outbox (durably) before :meth:`submit` returns, so an engine
-    that acknowledges input after ``submit`` never loses an alert. ``throttle D`` lets one
-    alert per (name, key) through per interval of event time; the rest are counted.
+    that acknowledges input after ``submit`` never loses an alert. :meth:`queue_many` hands
+    the alerts to the outbox's writer thread instead and returns at once; an engine that uses
+    it acknowledges input only after :meth:`flush`. ``throttle D`` lets one alert per
+    (name, key) through per interval of event time; the rest are counted.
 
     Opened with ``unset_ok``, webhooks whose secret is not set are left out (``unset``: name
     -> why) and the alerts for them counted in ``unsent`` (per match and webhook), for the
@@ -101,6 +107,7 @@ class AlertSink:
     unset: dict[str, str] = field(default_factory=dict)
     unsent: int = 0
     live: LiveDelivery | None = None
+    writer: OutboxWriter | None = None
 
     @classmethod
     def open(
@@ -130,17 +137,65 @@ class AlertSink:
     def submit_many(self, matches: Sequence[dict]) -> int:
         """Enqueue each match of ``matches`` as :meth:`submit` does, in one outbox transaction
         (a batch's alerts cost one write to disk); returns how many were for someone."""
+        items = self._items(matches)
+        if not items:
+            return 0
+        if self.writer is not None:  # after what was queued before, in the same order
+            self.writer.wait(self.writer.put(self.outbox.prepare(items)))
+            return len(items)
+        self.enqueued += self.outbox.enqueue_many(items)
+        if self.live is not None:
+            self.live.wake()
+        return len(items)
+
+    def queue_many(self, matches: Sequence[dict]) -> int:
+        """Hand the alerts of ``matches`` to the outbox's writer thread and return at once
+        (how many were for someone). The writer stores them with whatever else was handed over
+        meanwhile, in one transaction, and the delivery sends them once they are on disk; they
+        count as queued (input that produced them may be acknowledged) only after
+        :meth:`flush`.
+
+        Raises
+        ------
+        InvalidMatchError
+            If a match has no usable ``match_id`` or is not JSON-serialisable (checked here,
+            before anything is handed over).
+        OutboxError
+            What an earlier transaction of the writer failed with.
+        """
+        items = self._items(matches)
+        if not items:
+            return 0
+        alerts = self.outbox.prepare(items)
+        if self.writer is None:
+            self.writer = OutboxWriter(self.outbox, on_stored=self._stored)
+        self.writer.put(alerts)
+        return len(items)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every alert handed to :meth:`queue_many` is on disk; False when
+        ``timeout`` passes first.
+
+        Raises
+        ------
+        BaseException
+            What the writer's transaction failed with (those alerts are not stored).
+        """
+        return self.writer is None or self.writer.wait(timeout=timeout)
+
+    def _stored(self, count: int) -> None:
+        """The writer stored ``count`` new messages: deliver them."""
+        self.enqueued += count
+        if self.live is not None:
+            self.live.wake()
+
+    def _items(self, matches: Sequence[dict]) -> list[tuple[dict, list[Endpoint]]]:
         items = []
         for match in matches:
             targets = self._targets(match)
             if targets is not None:
                 items.append((match, targets))
-        if not items:
-            return 0
-        self.enqueued += self.outbox.enqueue_many(items)
-        if self.live is not None:
-            self.live.wake()
-        return len(items)
+        return items
 
     def _targets(self, match: dict) -> list[Endpoint] | None:
         """The endpoints ``match`` goes to (``None`` when nobody is notified or the throttle
@@ -186,15 +241,21 @@ class AlertSink:
             self.live.start()
 
     def drain(self, deadline_s: float) -> DrainResult:
-        """Deliver what is due for up to ``deadline_s`` seconds (after stopping the background
-        delivery, whose totals are included)."""
+        """Deliver what is due for up to ``deadline_s`` seconds (after storing what was queued
+        and stopping the background delivery, whose totals are included)."""
+        self.flush()
         if self.live is not None:
             live, self.live = self.live, None
             return live.stop(deadline_s)
         return Dispatcher(self.outbox, list(self.endpoints.values())).drain(deadline_s)
 
     def close(self) -> None:
-        self.outbox.close()
+        """Store what was queued, then close the outbox."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            self.outbox.close()
 
 
 def _standing(program: Program) -> dict[str, ast.Node]:

@@ -259,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"vigil run: {err}", file=sys.stderr)
         return EXIT_USAGE
     reader = InputReader(inputs, schemas, follow=follow, cursor=checkpoints.cursor)
+    checkpoints.sink = sink
     started = time.perf_counter()
     stopped = False
     try:
@@ -266,9 +267,9 @@ def run(args: argparse.Namespace) -> int:
             for step in reader:
                 if follower is not None and _took_new_version(follower, checkpoints):
                     engine = follower.engine
-                    sink = _rerouted(sink, args, follower.program)
+                    sink = checkpoints.sink = _rerouted(sink, args, follower.program)
                 _feed(engine, step.pieces)
-                _write(out, _alert(sink, _versioned(engine.drain(), follower)))
+                _write(out, _queue_alerts(sink, _versioned(engine.drain(), follower)))
                 _write(dead, engine.drain_dead_letters())
                 if follow or checkpoints.enabled:  # written before a wait or a checkpoint
                     out.flush()
@@ -283,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoints.save()
         if not stopped:
             engine.close()
-            _write(out, _alert(sink, _versioned(engine.drain(), follower)))
+            _write(out, _queue_alerts(sink, _versioned(engine.drain(), follower)))
             _write(dead, engine.drain_dead_letters())
     except (OSError, RedisInputError) as err:
         print(f"vigil run: {err}", file=sys.stderr)
@@ -312,7 +313,9 @@ def run(args: argparse.Namespace) -> int:
 class _Checkpoints:
     """``--checkpoint DIR`` of an embedded run: the engine's state and the input's cursor,
     restored at the start and saved at most every ``interval_s`` seconds of input and when the
-    run stops (a :class:`cep.engine.checkpoint.CheckpointStore`)."""
+    run stops (a :class:`cep.engine.checkpoint.CheckpointStore`). A checkpoint is saved only
+    once the alerts of the input before it are on disk (``sink``): a run killed before that
+    resumes from an earlier one and queues them again."""
 
     def __init__(
         self, store: CheckpointStore | None, engine: Engine, cursor: Any, interval_s: float
@@ -323,6 +326,7 @@ class _Checkpoints:
         self.interval_s = interval_s
         self._last = cursor
         self._saved_at = time.monotonic()
+        self.sink: AlertSink | None = None
 
     @property
     def enabled(self) -> bool:
@@ -362,6 +366,8 @@ class _Checkpoints:
 
     def save(self) -> None:
         if self.store is not None:
+            if self.sink is not None:
+                self.sink.flush()
             self.store.save(self.engine.snapshot(), cursor=self._last)
             self._saved_at = time.monotonic()
 
@@ -728,6 +734,14 @@ def _named(names: Sequence[str]) -> str:
         return "none notify"
     shown = ", ".join(names[:3])
     return shown if len(names) <= 3 else f"{shown} and {len(names) - 3} more"
+
+
+def _queue_alerts(sink: AlertSink | None, matches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Hand the alerts of matches to the outbox's writer without waiting for the disk (the
+    checkpoint waits for it, :class:`_Checkpoints`)."""
+    if sink is not None:
+        sink.queue_many(matches)
+    return matches
 
 
 def _alert(sink: Any, matches: list[dict[str, Any]]) -> list[dict[str, Any]]:

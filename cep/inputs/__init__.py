@@ -1,6 +1,6 @@
 """The embedded engine's inputs: files, directories, stdin and Redis Streams read as chunks of
-events parsed column-wise, endless when followed, each able to say where it stands (a cursor)
-and to start again from there."""
+events parsed column-wise, endless when followed (a followed file or directory wakes on
+inotify), each able to say where it stands (a cursor) and to start again from there."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from cep.inputs.lines import LineBlock, LineReader, LongLine
 from cep.inputs.reading import InputReader, Step, open_source
 from cep.inputs.redis_stream import RedisInputError, RedisSource, entry_text, split_stream_url
 from cep.inputs.source import POLL_INTERVAL_S, Cursor, LineSource, StopSignal
+from cep.inputs.watch import READ_INTERVAL_S, InotifyWatch, PollingWatch, Watch, open_watch
 
 __all__ = [
     "CHUNK_ROWS",
     "IDLE",
     "POLL_INTERVAL_S",
+    "READ_INTERVAL_S",
     "REDIS_SCHEMES",
     "Chunk",
     "Cursor",
@@ -24,6 +26,7 @@ __all__ = [
     "EventBatch",
     "EventInput",
     "FileSource",
+    "InotifyWatch",
     "InputReader",
     "LineBlock",
     "LineParser",
@@ -31,14 +34,17 @@ __all__ = [
     "LineSource",
     "LongLine",
     "Piece",
+    "PollingWatch",
     "RedisInputError",
     "RedisSource",
     "Segment",
     "StdinSource",
     "Step",
     "StopSignal",
+    "Watch",
     "chunked",
     "entry_text",
+    "open_watch",
     "open_source",
     "parse_line",
     "split_stream_url",

@@ -1,6 +1,7 @@
 """Files as inputs: one file (followed as ``tail -F`` follows it, through rotation and
 truncation), a directory of files read in name order (new files as they appear, grown files
-too), and stdin; each can say where it stands and start again from there."""
+too), and stdin; each can say where it stands and start again from there. A followed file or
+directory is read again as soon as inotify says it changed (:mod:`cep.inputs.watch`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cep.inputs.chunks import IDLE, Chunk, _Idle
 from cep.inputs.event_input import directory_files
 from cep.inputs.lines import LineBlock, LineReader
 from cep.inputs.source import POLL_INTERVAL_S, Cursor, StopSignal
+from cep.inputs.watch import Watch, open_watch
 
 __all__ = ["DirectorySource", "FileSource", "StdinSource"]
 
@@ -118,6 +120,8 @@ class FileSource:
         state = self._state
         handle: IO[bytes] | None = None
         reader: LineReader | None = None
+        # Watched before the first read: a line written after that read wakes the wait.
+        changes = _watch_file(self.path, stop)
         try:
             while not stop.is_set():
                 if handle is None:
@@ -125,7 +129,7 @@ class FileSource:
                         handle = open(self.path, "rb")
                     except FileNotFoundError:  # between a rename and the new file
                         yield IDLE
-                        stop.wait(POLL_INTERVAL_S)
+                        changes.wait()
                         continue
                     state.restart_if_replaced(os.fstat(handle.fileno()))
                     handle.seek(state.offset)
@@ -147,8 +151,9 @@ class FileSource:
                     state.offset, state.line, state.identity = 0, 1, None
                     continue
                 yield IDLE
-                stop.wait(POLL_INTERVAL_S)
+                changes.wait()
         finally:
+            changes.close()
             if handle is not None:
                 handle.close()
 
@@ -202,6 +207,14 @@ class DirectorySource:
                 "position": chunk.position}
 
     def blocks(self, stop: StopSignal) -> Iterator[LineBlock | _Idle]:
+        changes = open_watch(self.path, None, stop) if self.follow else None
+        try:
+            yield from self._blocks(stop, changes)
+        finally:
+            if changes is not None:
+                changes.close()
+
+    def _blocks(self, stop: StopSignal, changes: Watch | None) -> Iterator[LineBlock | _Idle]:
         while True:
             for path in directory_files(self.path):
                 name = os.path.basename(path)
@@ -219,11 +232,18 @@ class DirectorySource:
                     yield from _read_file(state, at_end=not self.follow)
                 except FileNotFoundError:
                     continue
-            if not self.follow or stop.is_set():
+            if changes is None or stop.is_set():
                 return
             yield IDLE
-            if stop.wait(POLL_INTERVAL_S):
+            if changes.wait():
                 return
+
+
+def _watch_file(path: str, stop: StopSignal) -> Watch:
+    """The wait for a change of the file at ``path`` (where a symbolic link leads, when it is
+    one): its directory is watched, so that a new file under its name (rotation) is seen."""
+    real = os.path.realpath(path)
+    return open_watch(os.path.dirname(real) or ".", frozenset({os.path.basename(real)}), stop)
 
 
 class StdinSource:
@@ -264,14 +284,15 @@ class StdinSource:
 
 class _Pipe:
     """Standard input's bytes as they come: each read returns what is there (waiting until
-    something is); followed, it returns ``b""`` with ``idle`` set when nothing has come for a
-    poll interval, so that what was read is handed on, and ``ended`` once ``stop`` is set."""
+    something is); followed, it returns ``b""`` with ``idle`` set as soon as nothing more is
+    there, so that what was read is handed on at once, and ``ended`` once ``stop`` is set."""
 
     def __init__(self, stdin: Any, follow: bool, stop: StopSignal) -> None:
         self.follow = follow
         self.stop = stop
         self.idle = False
         self.ended = False
+        self._quiet = False  # idle said since the last bytes: wait without saying it again
         binary = getattr(stdin, "buffer", None)
         self._fd = _fileno(binary)
         if self._fd is None and binary is not None:
@@ -293,16 +314,21 @@ class _Pipe:
         return data
 
     def _ready(self) -> bool:
-        """Whether there is something to read now (``idle`` set when not, for a poll)."""
+        """Whether there is something to read now; when not, ``idle`` is set once (what was
+        read is handed on), then the wait goes on, looking at ``stop`` every poll interval."""
         while not self.stop.is_set():
             try:
-                ready, _, _ = select.select([self._fd], [], [], POLL_INTERVAL_S)
+                ready, _, _ = select.select(
+                    [self._fd], [], [], POLL_INTERVAL_S if self._quiet else 0
+                )
             except (OSError, ValueError):
                 return True  # not selectable: read, and wait in the read
             if ready:
+                self._quiet = False
                 return True
-            self.idle = True
-            return False
+            if not self._quiet:
+                self._quiet = self.idle = True
+                return False
         self.ended = True
         return False
 

@@ -1,10 +1,11 @@
 """What every input is to the reader: a source of blocks of lines that can say where it stands
-(a cursor) and start again from there, and how often a followed one looks for more."""
+(a cursor) and start again from there, how often a followed one looks for more when nothing
+tells it, and the signal that ends its wait."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from cep.inputs.chunks import Chunk, _Idle
@@ -13,7 +14,9 @@ from cep.inputs.lines import LineBlock
 __all__ = ["POLL_INTERVAL_S", "Cursor", "LineSource", "StopSignal"]
 
 POLL_INTERVAL_S = 0.02
-"""How long a followed input waits before it looks again for new lines, files or entries."""
+"""How long a followed input waits before it looks again for new lines, files or entries,
+when nothing wakes it sooner (a file or directory where inotify cannot watch it; stdin and
+Redis wait in ``select`` and ``XREAD BLOCK``, which return as soon as something comes)."""
 
 Cursor = dict[str, Any]
 """Where an input stands, as JSON: its ``kind`` (``file``, ``directory``, ``stdin``,
@@ -22,7 +25,34 @@ the ``position`` of its next event."""
 
 
 class StopSignal(threading.Event):
-    """Set to end a followed input's wait for more (the run is stopping)."""
+    """Set to end a followed input's wait for more (the run is stopping).
+
+    A wait that is not on the event itself (``select`` on a file descriptor) registers a
+    callback with :meth:`on_set` that wakes it. :meth:`set` may run in a signal handler, so a
+    callback takes no lock (a write to a pipe does it).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        super().set()
+        for callback in tuple(self._callbacks):
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the signal is set (now, if it is); returns what unregisters
+        it."""
+        self._callbacks.append(callback)
+        if self.is_set():
+            callback()
+
+        def forget() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return forget
 
 
 class LineSource(Protocol):
