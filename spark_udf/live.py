@@ -202,8 +202,19 @@ class Compiled:
 
 _COMPILED: dict[tuple[str, int], Compiled] = {}
 """Entries compiled in this Python process, by checkpoint and number (a worker serves many
-micro-batches of one query)."""
+micro-batches of one query); the newest few are kept."""
 _BATCHES: dict[tuple[str, int], int] = {}
+"""The entry of each micro-batch this process served (the last ones are kept)."""
+_KEEP_COMPILED = 3
+_KEEP_BATCHES = 1024
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any, keep: int) -> Any:
+    """Store ``value`` under ``key``, dropping the oldest entries beyond ``keep``."""
+    cache[key] = value
+    while len(cache) > keep:
+        del cache[next(iter(cache))]
+    return value
 
 
 @dataclass(frozen=True)
@@ -251,7 +262,7 @@ class LiveProgram:
         key = (self.checkpoint, batch_id)
         number = _BATCHES.get(key)
         if number is None:
-            number = _BATCHES[key] = self.log().batch_entry(batch_id)
+            number = _remember(_BATCHES, key, self.log().batch_entry(batch_id), _KEEP_BATCHES)
         return self.compiled(number)
 
     def compiled(self, number: int) -> Compiled:
@@ -259,7 +270,8 @@ class LiveProgram:
         key = (self.checkpoint, number)
         found = _COMPILED.get(key)
         if found is None:
-            found = _COMPILED[key] = self._compile(self.log().entry(number))
+            found = _remember(_COMPILED, key, self._compile(self.log().entry(number)),
+                              _KEEP_COMPILED)
         return found
 
     def _compile(self, entry: Entry) -> Compiled:
