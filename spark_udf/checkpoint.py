@@ -21,6 +21,7 @@ __all__ = [
     "Committed",
     "RunRecord",
     "StateLayout",
+    "batch_offsets",
     "bucket_error",
     "check_resumable",
     "files_read",
@@ -223,18 +224,25 @@ def last_committed(checkpoint: str) -> Committed | None:
     if not ids:
         return None
     batch = max(ids)
-    offsets: list[Any] = []
+    return Committed(batch, batch_offsets(checkpoint, batch) or ())
+
+
+def batch_offsets(checkpoint: str, batch_id: int) -> tuple[Any, ...] | None:
+    """Each source's end offset of micro-batch ``batch_id`` as Spark logged it before running
+    the batch (parsed JSON; ``None`` for a source without one), or ``None`` when the batch's
+    offsets are not there."""
     try:
-        with open(os.path.join(checkpoint, "offsets", str(batch)), encoding="utf-8") as handle:
+        with open(os.path.join(checkpoint, "offsets", str(batch_id)), encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except OSError:
-        return Committed(batch, ())
+        return None
+    offsets: list[Any] = []
     for line in lines[2:]:  # the version, the batch's metadata, then one line per source
         try:
             offsets.append(json.loads(line))
         except ValueError:
             offsets.append(None)
-    return Committed(batch, tuple(offsets))
+    return tuple(offsets)
 
 
 @dataclass(frozen=True)

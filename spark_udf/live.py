@@ -32,7 +32,7 @@ from cep.engine import load_declarations
 from cep.engine.checkpoint import RestoreReport
 from query_lang import ast
 from query_lang.printer import print_declaration
-from spark_udf.checkpoint import StateLayout
+from spark_udf.checkpoint import StateLayout, batch_offsets
 from spark_udf.edits import edit_program
 from spark_udf.errors import CheckpointError, OperatorConfigError
 from spark_udf.routing import RoutePlan, resolve_processor
@@ -144,23 +144,14 @@ class ProgramLog:
         CheckpointError
             When the batch's offsets are missing or pin no entry.
         """
-        path = os.path.join(self.checkpoint, "offsets", str(batch_id))
-        try:
-            with open(path, encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
-        except OSError as exc:
-            raise CheckpointError(f"cannot read the offsets of micro-batch {batch_id}: "
-                                  f"{exc}") from exc
-        pinned = []
-        for line in lines[2:]:  # the version, the batch's metadata, then one line per source
-            try:
-                offset = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(offset, dict) and isinstance(offset.get("program"), int):
-                pinned.append(offset["program"])
+        offsets = batch_offsets(self.checkpoint, batch_id)
+        if offsets is None:
+            raise CheckpointError(f"cannot read the offsets of micro-batch {batch_id} in "
+                                  f"{self.checkpoint}")
+        pinned = [o["program"] for o in offsets
+                  if isinstance(o, dict) and isinstance(o.get("program"), int)]
         if not pinned:
-            raise CheckpointError(f"micro-batch {batch_id}'s offsets ({path}) pin no program")
+            raise CheckpointError(f"micro-batch {batch_id}'s offsets pin no program")
         return max(pinned)
 
 
