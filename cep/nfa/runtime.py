@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from itertools import repeat
 from typing import Any
 
 from cep.nfa.automaton import TAIL_GREEDY, TAIL_RELUCTANT
@@ -17,6 +16,8 @@ from cep.nfa.compiler import CompiledRule
 from cep.nfa.errors import OutOfOrderEventError, RuleRuntimeError, StateFormatError
 from cep.nfa.match import Match, build_match
 from cep.nfa.state import (
+    NO_TAIL,
+    ONE_MEMBER,
     RuleState,
     _Absence,
     _Binding,
@@ -48,18 +49,20 @@ class _Context:
     """The ``MatchContext`` a condition sees: bindings so far, the candidate, ``prev``.
 
     ``var`` is the variable the candidate event is tested for; a variable's bindings are the
-    events taken at any of its places.
+    events taken at any of its places. The bindings so far are ``node``'s list followed by
+    ``tail``'s (the shared tail of a cohort's segment, see :class:`cep.nfa.state._Cohort`).
     """
 
-    __slots__ = ("node", "var", "current", "history", "index", "places")
+    __slots__ = ("node", "var", "current", "history", "index", "places", "tail")
 
-    def __init__(self, node, var, current, history, index, places):
+    def __init__(self, node, var, current, history, index, places, tail=None):
         self.node = node
         self.var = var
         self.current = current
         self.history = history
         self.index = index
         self.places = places
+        self.tail = tail
 
     def bound(self, var: str) -> Sequence[Mapping[str, Any]]:
         idx = self.index.get(var)
@@ -67,6 +70,11 @@ class _Context:
             return []
         out = []
         places = self.places
+        node = self.tail  # newest first: a segment's tail holds the newest links
+        while node is not None:
+            if places[node.place] == idx:
+                out.append(node.event.fields)
+            node = node.parent
         node = self.node
         while node is not None:
             if places[node.place] == idx:
@@ -101,25 +109,32 @@ class _Evaluator:
         self.index = _var_index(rule)
         self.keyed = bool(rule.var_keys) and state.key is not None
 
-    def fits(self, var: int, node: _Binding | None) -> bool:
+    def fits(self, var: int, node: _Binding | None, tail: _Binding | None = None) -> bool:
+        """Whether the event fits ``var`` after the bindings ``node`` (then ``tail``)."""
         cond = self.rule.conditions[var]
         shared = not cond.reads_variables
         if shared:
             cached = self.cache.get(var)
             if cached is not None:
                 return cached
-        result = self._evaluate(var, cond, node)
+        result = self._evaluate(var, cond, node, tail)
         if shared:
             self.cache[var] = result
         return result
 
-    def fitting(self, var: int, nodes: list[_Binding]) -> list[int] | None:
-        """The members (indices into ``nodes``) the event fits as ``var``; None means all."""
-        fits = self.fits
-        members = [i for i, node in enumerate(nodes) if fits(var, node)]
-        return None if len(members) == len(nodes) else members
+    def fitting(self, var: int, cohort: _Cohort) -> list[int] | None:
+        """The members of ``cohort`` (indices) the event fits as ``var``; None means all."""
+        fits, heads, tails = self.fits, cohort.heads, cohort.tails
+        if len(tails) == 1:
+            tail = tails[0]
+            members = [i for i, node in enumerate(heads) if fits(var, node, tail)]
+        else:
+            members = []
+            for lo, hi, tail in cohort.segments():
+                members += [i for i in range(lo, hi) if fits(var, heads[i], tail)]
+        return None if len(members) == len(heads) else members
 
-    def _evaluate(self, var: int, cond, node: _Binding | None) -> bool:
+    def _evaluate(self, var: int, cond, node: _Binding | None, tail: _Binding | None) -> bool:
         event = self.event
         if self.mask is not None and not (self.mask >> var) & 1:
             return False
@@ -137,7 +152,7 @@ class _Evaluator:
         if self.mask is not None and (self.pure >> var) & 1:
             return True
         ctx = _Context(
-            node, var, event.fields, self.state.history, self.index, self.rule.places
+            node, var, event.fields, self.state.history, self.index, self.rule.places, tail
         )
         try:
             return bool(cond.predicate(event.fields, ctx))
@@ -396,7 +411,7 @@ def _step(
                 continue
             members = None
         else:
-            members = ev.fitting(var, cohort.nodes)
+            members = ev.fitting(var, cohort)
             if members is not None and not members:
                 continue
         took.append(members)
@@ -415,7 +430,7 @@ def _step(
     elif moves:
         # Children are born member by member, and place by place for one member.
         chosen = [None if members is None else set(members) for _, _, members in moves]
-        for i in range(len(cohort.nodes)):
+        for i in range(len(cohort.heads)):
             for (place, targets, _), which in zip(moves, chosen, strict=True):
                 if which is None or i in which:
                     children.append(_extend(rule, state, cohort, [i], place, targets, ev.event))
@@ -425,7 +440,7 @@ def _step(
         if None in took:
             return
         taken = set().union(*took)
-        rest = cohort.select([i for i in range(len(cohort.nodes)) if i not in taken])
+        rest = cohort.select([i for i in range(len(cohort.heads)) if i not in taken])
         if rest is None:
             return
         cohort = rest
@@ -437,10 +452,7 @@ def _step(
         if all(guards & now_blocked for guards in take_guards):
             continue
         part = cohort.select(members) if members is not None else cohort
-        kept.append(
-            _Cohort(part.letters, now_blocked, part.supersedes, part.after_reluctant,
-                    part.nodes, part.start_pos, part.start_ts, part.born, part.earliest)
-        )
+        kept.append(part.with_blocked(now_blocked))
 
 
 def _blocked_runs(
@@ -452,12 +464,14 @@ def _blocked_runs(
     if all(not conditions[rule.guards[g]].reads_variables for g in guards):
         return [(_block(rule, ev, None, cohort.blocked, guards), None)]
     runs: list[tuple[frozenset[int], list[int] | None]] = []
-    for i, node in enumerate(cohort.nodes):
-        blocked = _block(rule, ev, node, cohort.blocked, guards)
-        if runs and runs[-1][0] == blocked:
-            runs[-1][1].append(i)
-        else:
-            runs.append((blocked, [i]))
+    heads = cohort.heads
+    for lo, hi, tail in cohort.segments():
+        for i in range(lo, hi):
+            blocked = _block(rule, ev, heads[i], cohort.blocked, guards, tail)
+            if runs and runs[-1][0] == blocked:
+                runs[-1][1].append(i)
+            else:
+                runs.append((blocked, [i]))
     return runs
 
 
@@ -491,8 +505,9 @@ def _block(
     node: _Binding | None,
     blocked: frozenset[int],
     guards: frozenset[int],
+    tail: _Binding | None = None,
 ) -> frozenset[int]:
-    fresh = [g for g in guards if g not in blocked and ev.fits(rule.guards[g], node)]
+    fresh = [g for g in guards if g not in blocked and ev.fits(rule.guards[g], node, tail)]
     return blocked | frozenset(fresh) if fresh else blocked
 
 
@@ -506,11 +521,13 @@ def _extend(
     event: _Event,
 ) -> _Cohort:
     """The children of ``parent``'s members (None: all) taking ``event`` at ``place``; a new
-    partial match when ``parent`` is None. One binding link per child."""
+    partial match when ``parent`` is None. One binding link per segment of the parent, or per
+    child in small segments (see :class:`cep.nfa.state._Cohort`)."""
     supersedes: tuple[int, ...] = ()
     after_reluctant = False
     if parent is None:
-        nodes = [_Binding(None, place, event)]
+        heads: list[_Binding | None] = [_Binding(None, place, event)]
+        ends, tails = ONE_MEMBER, NO_TAIL
         start_pos, start_ts, earliest = [event.pos], [event.ts], event.ts
     else:
         if parent.supersedes or parent.after_reluctant:
@@ -523,19 +540,20 @@ def _extend(
             if TAIL_RELUCTANT in tails:
                 after_reluctant = parent.after_reluctant
         source = parent.select(members) if members is not None else parent
-        if len(source.nodes) == 1:
-            nodes = [_Binding(source.nodes[0], place, event)]
+        heads = source.heads
+        if len(heads) == 1 and source.tails[0] is None:  # the most common case, inline
+            heads, ends, tails = [_Binding(heads[0], place, event)], ONE_MEMBER, NO_TAIL
         else:
-            nodes = list(map(_Binding, source.nodes, repeat(place), repeat(event)))
+            heads, ends, tails = source.taken(place, event)
         start_pos, start_ts = source.start_pos, source.start_ts
         if source is parent:  # a cohort owns its lists
             start_pos, start_ts = start_pos.copy(), start_ts.copy()
         earliest = source.earliest
     born = state.born
-    state.born += len(nodes)
+    state.born += len(heads)
     return _Cohort(
-        targets, _NO_GUARDS, supersedes, after_reluctant, nodes, start_pos, start_ts,
-        range(born + 1, state.born + 1), earliest,
+        targets, _NO_GUARDS, supersedes, after_reluctant, heads, ends, tails, start_pos,
+        start_ts, range(born + 1, state.born + 1), earliest,
     )
 
 
@@ -552,6 +570,9 @@ def _arrive(
     out = [child]
     plain = any(not guards for guards in summary.accepts)
     absent = tuple(guards for guards in summary.accepts if guards)
+    # Matches and absences need each member's whole binding list.
+    if (plain and not child.after_reluctant) or (absent and rule.within_ms is not None):
+        nodes = child.nodes()
     if plain:
         if child.supersedes:
             for held in state.held:
@@ -563,17 +584,18 @@ def _arrive(
                 within = rule.within_ms
                 out = []
                 for node, start_pos, start_ts, born in zip(
-                    child.nodes, child.start_pos, child.start_ts, child.born, strict=True
+                    nodes, child.start_pos, child.start_ts, child.born, strict=True
                 ):
                     state.held_ids += 1
                     deadline = start_ts + within if within is not None else _INF
                     state.held.append(_Held(state.held_ids, node, deadline))
                     out.append(_Cohort(
                         child.letters, child.blocked, child.supersedes + (state.held_ids,),
-                        child.after_reluctant, [node], [start_pos], [start_ts], [born],
+                        child.after_reluctant, [node], ONE_MEMBER, NO_TAIL, [start_pos], [start_ts],
+                        [born],
                     ))
             else:
-                found.extend((node, None) for node in child.nodes)
+                found.extend((node, None) for node in nodes)
         if any(rule.letters[t].tail == TAIL_RELUCTANT for opts in summary.takes.values()
                for t, _ in opts):
             for cohort in out:
@@ -582,7 +604,7 @@ def _arrive(
         within = rule.within_ms
         state.absences.extend(
             _Absence(node, absent, frozenset(), start_ts + within)
-            for node, start_ts in zip(child.nodes, child.start_ts, strict=True)
+            for node, start_ts in zip(nodes, child.start_ts, strict=True)
         )
     if summary.takes:
         kept.extend(out)
@@ -757,7 +779,7 @@ def _enforce_caps(rule: CompiledRule, state: RuleState) -> None:
             for cohort in reversed(state.cohorts):
                 if cohort.letters not in claimed:
                     claimed.add(cohort.letters)
-                    newest.append(cohort.drop_oldest(len(cohort.nodes) - 1))
+                    newest.append(cohort.drop_oldest(len(cohort.heads) - 1))
             state.cohorts = newest[::-1]
         if state.runs:
             _latest_strict(state)
@@ -768,8 +790,8 @@ def _enforce_caps(rule: CompiledRule, state: RuleState) -> None:
         # Cohorts are in born order: the oldest partial matches are a prefix.
         cohorts = state.cohorts
         first = drop = 0
-        while first < len(cohorts) and drop + len(cohorts[first].nodes) <= over:
-            drop += len(cohorts[first].nodes)
+        while first < len(cohorts) and drop + len(cohorts[first].heads) <= over:
+            drop += len(cohorts[first].heads)
             first += 1
         rest = cohorts[first:]
         if rest and drop < over:

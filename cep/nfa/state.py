@@ -1,17 +1,19 @@
 """The per-(rule, key) state of the NFA runtime and its bytes.
 
 :class:`RuleState` holds a key's partial matches, held and pending matches and strict runs over
-a shared buffer of binding lists; :meth:`RuleState.to_bytes` stores it as a JSON body (each
-buffered event once) in a ``VGRS`` frame of :class:`sketches.codec.StateCodec`.
+a shared buffer of binding lists (prefixes shared through their links, common suffixes through a
+cohort's segments); :meth:`RuleState.to_bytes` stores it as a JSON body (each buffered event
+once) in a ``VGRS`` frame of :class:`sketches.codec.StateCodec`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import groupby, repeat
 from typing import Any
 
 from cep.nfa.compiler import CompiledRule
@@ -20,9 +22,7 @@ from sketches.codec import StateCodec
 
 __all__ = ["RuleState", "new_state"]
 
-_CODEC = StateCodec(
-    b"VGRS",
-    1,
+_FRAME = dict(
     fields="8s",
     byte_order=">",
     checksum="crc32",
@@ -31,8 +31,11 @@ _CODEC = StateCodec(
     name="rule state",
     error=StateFormatError,
 )
+_CODEC = StateCodec(b"VGRS", 2, **_FRAME)
 """Magic, format version, flags (zlib), the rule's fingerprint and a CRC-32 of the stored body,
-then the JSON body (compressed when over 512 bytes)."""
+then the JSON body (compressed when over 512 bytes). Version 2 stores cohorts with their
+segments' shared tails; version 1 (one row per partial match) is still read."""
+_CODEC_V1 = StateCodec(b"VGRS", 1, **_FRAME)
 _INF = math.inf
 
 
@@ -89,20 +92,48 @@ class _Partial:
     born: int
 
 
+#: A segment of a cohort with at least this many members takes an event with one link for all
+#: of them (its shared tail grows); a smaller one takes it with a link per member.
+SHARED_TAIL_AT = 32
+#: The ``ends`` and ``tails`` of a cohort of one partial match without a tail.
+ONE_MEMBER: tuple[int, ...] = (1,)
+NO_TAIL: tuple[_Binding | None, ...] = (None,)
+
+
+def splice(head: _Binding | None, links: list[_Binding]) -> _Binding | None:
+    """``head``'s binding list followed by ``links`` (a tail's chain, oldest first), as one
+    persistent list: new links for ``links``, ``head``'s own links shared."""
+    node = head
+    for link in links:
+        node = _Binding(node, link.place, link.event)
+    return node
+
+
 class _Cohort:
     """Partial matches (relaxed/any) at the same NFA position with the same flags.
 
-    ``letters``, ``blocked``, ``supersedes`` and ``after_reluctant`` are shared; ``nodes``,
+    ``letters``, ``blocked``, ``supersedes`` and ``after_reluctant`` are shared; ``heads``,
     ``start_pos``, ``start_ts`` and ``born`` hold one entry per member, in born order, and
     ``earliest`` is the smallest ``start_ts``. A state's cohorts are in born order too, so its
     partial matches, oldest first, are the members of its cohorts in turn: the cap drops a
-    prefix, and one step moves a whole cohort at the cost of a binding link per member. Each
-    cohort owns its member lists (joining appends to the older cohort's lists).
+    prefix, and one step moves a whole cohort at once.
+
+    The members are cut into *segments*: segment ``k`` ends before member ``ends[k]`` (the last
+    end is the number of members), and a member's binding list is its head's list followed by
+    the segment's *tail*, ``tails[k]``: a chain of links whose first has no parent (None when
+    empty) that every member of the segment shares. When all the members of a segment of
+    :data:`SHARED_TAIL_AT` or more take an event, the segment takes it with one link (member
+    ``i``'s list is the parent's member ``i``'s list plus the event), so such a step costs a link
+    per segment, not per partial match, and the common suffix is stored once. A smaller segment
+    takes an event with a link per member, its tail first copied onto each member's list, and
+    has no tail afterwards; neighbouring segments without a tail are one. Each cohort owns its
+    lists (joining appends to the older cohort's lists; children get copies, C-level work);
+    ``ends`` and ``tails`` are tuples, shared.
     """
 
     __slots__ = (
-        "letters", "blocked", "supersedes", "after_reluctant", "nodes", "start_pos", "start_ts",
-        "born", "earliest",
+        "letters", "blocked", "supersedes", "after_reluctant", "heads", "ends", "tails",
+        "start_pos", "start_ts", "born", "earliest",
     )
 
     def __init__(
@@ -111,7 +142,9 @@ class _Cohort:
         blocked: frozenset[int],
         supersedes: tuple[int, ...],
         after_reluctant: bool,
-        nodes: list[_Binding],
+        heads: list[_Binding | None],
+        ends: tuple[int, ...],
+        tails: tuple[_Binding | None, ...],
         start_pos: list[int],
         start_ts: list[int],
         born: list[int] | range,
@@ -121,44 +154,146 @@ class _Cohort:
         self.blocked = blocked
         self.supersedes = supersedes
         self.after_reluctant = after_reluctant
-        self.nodes = nodes
+        self.heads = heads
+        self.ends = ends
+        self.tails = tails
         self.start_pos = start_pos
         self.start_ts = start_ts
         self.born = born
         self.earliest = min(start_ts) if earliest is None else earliest
 
     def __len__(self) -> int:
-        return len(self.nodes)
+        return len(self.heads)
 
     def flags(self) -> tuple:
         """What the members share; neighbouring cohorts with equal flags are joined."""
         return (self.letters, self.blocked, self.supersedes, self.after_reluctant)
 
+    def with_blocked(self, blocked: frozenset[int]) -> _Cohort:
+        """The same members with other blocked guards (it takes over this cohort's lists)."""
+        return _Cohort(
+            self.letters, blocked, self.supersedes, self.after_reluctant, self.heads, self.ends,
+            self.tails, self.start_pos, self.start_ts, self.born, self.earliest,
+        )
+
+    def segments(self) -> Iterator[tuple[int, int, _Binding | None]]:
+        """``(first member, end, tail)`` per segment."""
+        lo = 0
+        for hi, tail in zip(self.ends, self.tails, strict=True):
+            yield lo, hi, tail
+            lo = hi
+
+    def nodes(self) -> list[_Binding | None]:
+        """Each member's whole binding list (new links for the tails; read only: it may be
+        :attr:`heads` itself)."""
+        heads, tails = self.heads, self.tails
+        if len(tails) == 1 and tails[0] is None:
+            return heads
+        out: list[_Binding | None] = []
+        for lo, hi, tail in self.segments():
+            if tail is None:
+                out += heads[lo:hi]
+            else:
+                links = tail.chain()
+                out += [splice(head, links) for head in heads[lo:hi]]
+        return out
+
+    def taken(
+        self, place: int, event: _Event
+    ) -> tuple[list[_Binding | None], tuple[int, ...], tuple[_Binding | None, ...]]:
+        """``(heads, ends, tails)`` of the members once each has taken ``event`` at ``place``
+        (a new list of heads)."""
+        heads, ends, tails = self.heads, self.ends, self.tails
+        if len(tails) == 1:
+            tail = tails[0]
+            if len(heads) >= SHARED_TAIL_AT:
+                return heads.copy(), ends, (_Binding(tail, place, event),)
+            if tail is None:
+                if len(heads) == 1:
+                    return [_Binding(heads[0], place, event)], ends, tails
+                return list(map(_Binding, heads, repeat(place), repeat(event))), ends, tails
+        lo = 0
+        for hi in ends:
+            if hi - lo < SHARED_TAIL_AT:
+                break
+            lo = hi
+        else:  # every segment takes the event with one link: the heads do not change
+            return heads.copy(), ends, tuple([_Binding(tail, place, event) for tail in tails])
+        # Some segments take the event member by member: a new list of heads, changed there.
+        out_heads = heads.copy()
+        out_ends: list[int] = []
+        out_tails: list[_Binding | None] = []
+        lo = 0
+        for hi, tail in zip(ends, tails, strict=True):
+            if hi - lo >= SHARED_TAIL_AT:
+                out_ends.append(hi)
+                out_tails.append(_Binding(tail, place, event))
+                lo = hi
+                continue
+            if tail is not None:
+                links = tail.chain()
+                out_heads[lo:hi] = [
+                    _Binding(splice(head, links), place, event) for head in heads[lo:hi]
+                ]
+            elif hi - lo == 1:
+                out_heads[lo] = _Binding(heads[lo], place, event)
+            else:
+                out_heads[lo:hi] = map(_Binding, heads[lo:hi], repeat(place), repeat(event))
+            if out_tails and out_tails[-1] is None:
+                out_ends[-1] = hi
+            else:
+                out_ends.append(hi)
+                out_tails.append(None)
+            lo = hi
+        return out_heads, tuple(out_ends), tuple(out_tails)
+
     def select(self, members: list[int]) -> _Cohort | None:
         """The cohort of the given members (indices, ascending), None when there are none."""
         if not members:
             return None
-        if len(members) == len(self.nodes):
+        if len(members) == len(self.heads):
             return self
+        if len(self.tails) == 1:
+            ends, tails = (len(members),), self.tails
+        else:
+            cuts: list[int] = []
+            kept: list[_Binding | None] = []
+            cut, shared = self.ends, self.tails
+            k = 0
+            for j, i in enumerate(members, 1):
+                while i >= cut[k]:
+                    k += 1
+                tail = shared[k]
+                if kept and kept[-1] is tail:
+                    cuts[-1] = j
+                else:
+                    cuts.append(j)
+                    kept.append(tail)
+            ends, tails = tuple(cuts), tuple(kept)
+        heads, start_pos, start_ts, born = self.heads, self.start_pos, self.start_ts, self.born
         return _Cohort(
             self.letters, self.blocked, self.supersedes, self.after_reluctant,
-            [self.nodes[i] for i in members], [self.start_pos[i] for i in members],
-            [self.start_ts[i] for i in members], [self.born[i] for i in members],
+            [heads[i] for i in members], ends, tails, [start_pos[i] for i in members],
+            [start_ts[i] for i in members], [born[i] for i in members],
         )
 
     def drop_oldest(self, count: int) -> _Cohort:
         """The cohort without its ``count`` oldest members (fewer than it has)."""
         if not count:
             return self
+        ends = tuple([end - count for end in self.ends if end > count])
         return _Cohort(
             self.letters, self.blocked, self.supersedes, self.after_reluctant,
-            self.nodes[count:], self.start_pos[count:], self.start_ts[count:],
-            self.born[count:],
+            self.heads[count:], ends, self.tails[len(self.tails) - len(ends):],
+            self.start_pos[count:], self.start_ts[count:], self.born[count:],
         )
 
     def member(self, i: int) -> _Partial:
+        k = bisect_right(self.ends, i)
+        tail = self.tails[k]
+        node = self.heads[i] if tail is None else splice(self.heads[i], tail.chain())
         return _Partial(
-            self.nodes[i], self.letters, self.blocked, self.supersedes, self.after_reluctant,
+            node, self.letters, self.blocked, self.supersedes, self.after_reluctant,
             self.start_pos[i], self.start_ts[i], self.born[i],
         )
 
@@ -167,7 +302,7 @@ def count_members(cohorts: list[_Cohort]) -> int:
     """The number of partial matches in ``cohorts``."""
     n = 0
     for cohort in cohorts:
-        n += len(cohort.nodes)
+        n += len(cohort.heads)
     return n
 
 
@@ -175,8 +310,8 @@ def join_cohorts(cohorts: list[_Cohort]) -> list[_Cohort]:
     """``cohorts`` (in born order) with each run of neighbours that share their flags joined
     into the first of them, so a state holds few cohorts however its members arrived.
 
-    Joining appends the newer members to the older cohort's lists: its cost is the number of
-    members that move, not the size of the cohort they join.
+    Joining appends the newer members to the older cohort's lists, segments kept: its cost is
+    the number of members that move, not the size of the cohort they join.
     """
     letters = None
     for cohort in cohorts:
@@ -189,18 +324,29 @@ def join_cohorts(cohorts: list[_Cohort]) -> list[_Cohort]:
     shared = None
     for cohort in cohorts:
         flags = cohort.flags()
-        if out and flags == shared:
-            older = out[-1]
-            older.nodes.extend(cohort.nodes)
-            older.start_pos.extend(cohort.start_pos)
-            older.start_ts.extend(cohort.start_ts)
-            if isinstance(older.born, range):
-                older.born = list(older.born)
-            older.born.extend(cohort.born)
-            older.earliest = min(older.earliest, cohort.earliest)
-        else:
+        if not (out and flags == shared):
             out.append(cohort)
             shared = flags
+            continue
+        older = out[-1]
+        base = len(older.heads)
+        cut = cohort.ends
+        moved = (base + cut[0],) if len(cut) == 1 else tuple([base + end for end in cut])
+        if older.tails[-1] is cohort.tails[0]:
+            # The same tail (none, mostly) on both sides: one segment.
+            older.ends = older.ends[:-1] + moved
+            older.tails += cohort.tails[1:]
+        else:
+            older.ends += moved
+            older.tails += cohort.tails
+        older.heads += cohort.heads
+        older.start_pos += cohort.start_pos
+        older.start_ts += cohort.start_ts
+        if isinstance(older.born, range):
+            older.born = list(older.born)
+        older.born += cohort.born
+        if cohort.earliest < older.earliest:
+            older.earliest = cohort.earliest
     return out
 
 
@@ -322,7 +468,11 @@ class RuleState:
     @property
     def partials(self) -> list[_Partial]:
         """Live partial matches under relaxed/any contiguity, oldest first (a copy)."""
-        return [c.member(i) for c in self.cohorts for i in range(len(c))]
+        return [
+            _Partial(node, c.letters, c.blocked, c.supersedes, c.after_reluctant, pos, ts, born)
+            for c in self.cohorts
+            for node, pos, ts, born in zip(c.nodes(), c.start_pos, c.start_ts, c.born, strict=True)
+        ]
 
     @property
     def is_empty(self) -> bool:
@@ -417,13 +567,13 @@ def _encode(state: RuleState) -> bytes:
         "hid": state.held_ids,
         "last": state.last_ts,
         "seen": state.events_seen,
+        # Per cohort: flags, then per member (head, start position, start time, born), then
+        # per segment (end, tail).
         "p": [
-            [ref(node), list(c.letters), sorted(c.blocked), list(c.supersedes),
-             int(c.after_reluctant), start_pos, start_ts, born]
+            [list(c.letters), sorted(c.blocked), list(c.supersedes), int(c.after_reluctant),
+             [ref(h) for h in c.heads], list(c.start_pos), list(c.start_ts), list(c.born),
+             list(c.ends), [ref(t) for t in c.tails]]
             for c in state.cohorts
-            for node, start_pos, start_ts, born in zip(
-                c.nodes, c.start_pos, c.start_ts, c.born, strict=True
-            )
         ],
         "h": [[h.id, ref(h.node), _num_out(h.deadline), int(h.superseded)] for h in state.held],
         "a": [
@@ -472,7 +622,9 @@ def _num_in(value: Any) -> float | None:
 
 
 def _decode(data: bytes, rule: CompiledRule) -> RuleState:
-    (fingerprint,), payload = _CODEC.decode(data, context=f"rule {rule.name}")
+    version1 = isinstance(data, bytes | bytearray | memoryview) and bytes(data[:5]) == b"VGRS\1"
+    codec = _CODEC_V1 if version1 else _CODEC
+    (fingerprint,), payload = codec.decode(data, context=f"rule {rule.name}")
     if fingerprint != rule.fingerprint:
         raise StateFormatError(
             f"rule state was written by a different compilation of rule {rule.name} (its "
@@ -480,14 +632,14 @@ def _decode(data: bytes, rule: CompiledRule) -> RuleState:
         )
     try:
         body = json.loads(payload.tobytes().decode("utf-8"))
-        return _rebuild(body, rule)
+        return _rebuild(body, rule, version1)
     except StateFormatError:
         raise
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise StateFormatError(f"rule state for {rule.name} cannot be decoded: {exc}") from exc
 
 
-def _rebuild(body: dict, rule: CompiledRule) -> RuleState:
+def _rebuild(body: dict, rule: CompiledRule, version1: bool) -> RuleState:
     n_letters = len(rule.letters)
     events = {row[0]: _Event(row[0], row[1], row[2], row[3], row[4]) for row in body["e"]}
     nodes: list[_Binding] = []
@@ -521,13 +673,30 @@ def _rebuild(body: dict, rule: CompiledRule) -> RuleState:
     state.held_ids = body["hid"]
     state.last_ts = body["last"]
     state.events_seen = body["seen"]
-    # Rows are partial matches oldest first; a run of rows with the same flags is a cohort.
-    for (lt, b, s, ar), run in groupby(body["p"], key=lambda row: row[1:5]):
-        rows = list(run)
-        state.cohorts.append(_Cohort(
-            letters(lt), frozenset(b), tuple(s), bool(ar), [node(row[0]) for row in rows],
-            [row[5] for row in rows], [row[6] for row in rows], [row[7] for row in rows],
-        ))
+    if version1:
+        # Rows are partial matches oldest first; a run of rows with the same flags is a cohort.
+        for (lt, b, s, ar), run in groupby(body["p"], key=lambda row: row[1:5]):
+            rows = list(run)
+            state.cohorts.append(_Cohort(
+                letters(lt), frozenset(b), tuple(s), bool(ar), [node(row[0]) for row in rows],
+                (len(rows),), NO_TAIL, [row[5] for row in rows], [row[6] for row in rows],
+                [row[7] for row in rows],
+            ))
+    else:
+        for lt, b, s, ar, heads, start_pos, start_ts, born, ends, tails in body["p"]:
+            n = len(heads)
+            if not (
+                n and len(start_pos) == len(start_ts) == len(born) == n
+                and len(ends) == len(tails) and ends and ends[-1] == n
+                and all(lo < hi for lo, hi in zip([0, *ends], ends, strict=False))
+            ):
+                raise StateFormatError(
+                    f"rule state for {rule.name} has a malformed cohort of partial matches"
+                )
+            state.cohorts.append(_Cohort(
+                letters(lt), frozenset(b), tuple(s), bool(ar), [node(h) for h in heads],
+                tuple(ends), tuple([node(t) for t in tails]), start_pos, start_ts, born,
+            ))
     state.held = [_Held(i, node(n), _num_in(d), bool(s)) for i, n, d, s in body["h"]]
     state.absences = [
         _Absence(node(n), tuple(frozenset(g) for g in gs), frozenset(b), d)

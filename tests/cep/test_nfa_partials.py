@@ -98,30 +98,47 @@ def _at_the_cap(cap: int, extra: int = 0):
     return rule, state
 
 
+def _chain(node) -> list[tuple[int, int]]:
+    return [(b.event.pos, b.place) for b in node.chain()]
+
+
+def _members(state: RuleState) -> list[tuple[int, int]]:
+    """Per partial match, oldest first: the identities of its head and its segment's tail."""
+    out = []
+    for c in state.cohorts:
+        for lo, hi, tail in c.segments():
+            out += [(id(c.heads[i]), id(tail)) for i in range(lo, hi)]
+    return out
+
+
 def test_the_cap_drops_the_oldest_and_leaves_the_others_untouched():
     rule, state = _at_the_cap(50)
-    before = state.partials
+    before, links = state.partials, _members(state)
     assert len(before) == 50
     assert [p.born for p in before] == sorted(p.born for p in before)
     dropped = state.dropped_partials
     # A new `a` starts one partial match: the oldest one goes, the other 49 keep their
-    # binding lists (the same objects) and everything else.
+    # binding lists (the same links) and everything else.
     process_event(rule, state, make_events([("a", 0, 500)])[0])
     after = state.partials
     assert state.dropped_partials == dropped + 1
     assert len(after) == 50
+    assert _members(state)[:-1] == links[1:]
     for old, new in zip(before[1:], after, strict=False):
-        assert new.node is old.node
+        assert _chain(new.node) == _chain(old.node)
         assert (new.letters, new.start_pos, new.start_ts, new.born) == (
             old.letters, old.start_pos, old.start_ts, old.born
         )
     assert after[-1].node.parent is None and after[-1].born > before[-1].born
 
 
-def test_at_the_cap_an_event_costs_one_binding_link_per_kept_partial(monkeypatch):
-    """The cap path is linear: each ``b`` adds one link per partial match it extends, however
-    many events and dropped partial matches came before, and the state stays a few cohorts."""
+def test_at_the_cap_an_event_costs_a_binding_link_per_segment(monkeypatch):
+    """The cap path costs what the cohorts' segments number, not the partial matches: each
+    ``b`` extends every kept partial match, a segment with a shared tail by one link, a small
+    one by a link per member, however many events and dropped partial matches came before;
+    the state stays a few cohorts."""
     from cep.nfa import runtime
+    from cep.nfa import state as state_module
     from cep.nfa.state import _Binding
 
     made = []
@@ -133,18 +150,27 @@ def test_at_the_cap_an_event_costs_one_binding_link_per_kept_partial(monkeypatch
             made.append(1)
             super().__init__(parent, place, event)
 
+    monkeypatch.setattr(state_module, "_Binding", Counted)
     monkeypatch.setattr(runtime, "_Binding", Counted)
-    for cap in (100, 1000):
+    for cap in (100, 1000, 2000):
         rule, state = _at_the_cap(cap, extra=5)
         for e in make_events([("b", 0, 200 + k) for k in range(20)]):
             kept = state.partial_count
+            cost = sum(
+                1 if tail is not None or hi - lo >= state_module.SHARED_TAIL_AT else hi - lo
+                for c in state.cohorts for lo, hi, tail in c.segments()
+            )
             made.clear()
             process_event(rule, state, e)
-            assert len(made) == kept == cap
+            assert kept == state.partial_count == cap
+            assert len(made) == cost <= cap // 20
             assert len(state.cohorts) <= 2
-        # The Spark operator decodes the state on every call: it comes back as cohorts too.
+        # The Spark operator decodes the state on every call: it comes back the same.
         again = RuleState.from_bytes(state.to_bytes(), rule)
         assert len(again.cohorts) <= 2 and again.to_bytes() == state.to_bytes()
+        assert [_chain(p.node) for p in again.partials] == [
+            _chain(p.node) for p in state.partials
+        ]
 
 
 @settings(max_examples=150, deadline=None)
@@ -164,14 +190,23 @@ def test_the_cap_reports_a_subset_of_all(pattern, contiguity, cap, spec):
 
 def _check_cohorts(state: RuleState, cap: int) -> None:
     """The partial matches' representation: oldest first across cohorts, each cohort's
-    ``earliest`` exact, no member list shared by two cohorts, at most ``cap`` of them."""
+    ``earliest`` exact, segments that cover its members with no two neighbours without a tail,
+    no member list shared by two cohorts, at most ``cap`` partial matches."""
     born = [b for c in state.cohorts for b in c.born]
     assert born == sorted(born) and len(set(born)) == len(born) <= cap
-    lists = [id(x) for c in state.cohorts for x in (c.nodes, c.start_pos, c.start_ts, c.born)]
+    lists = [id(x) for c in state.cohorts for x in (c.heads, c.start_pos, c.start_ts, c.born)]
     assert len(set(lists)) == len(lists)
     for c in state.cohorts:
-        assert len(c.nodes) == len(c.start_pos) == len(c.start_ts) == len(c.born) > 0
+        assert type(c.ends) is tuple and type(c.tails) is tuple  # shared, never changed
+        assert len(c.heads) == len(c.start_pos) == len(c.start_ts) == len(c.born) > 0
         assert c.earliest == min(c.start_ts)
+        assert len(c.ends) == len(c.tails) and c.ends[-1] == len(c)
+        assert all(lo < hi for lo, hi in zip([0, *c.ends], c.ends, strict=False))
+        assert all(
+            not (t is None and u is None) for t, u in zip(c.tails, c.tails[1:], strict=False)
+        )
+        for tail in c.tails:
+            assert tail is None or tail.chain()[0].parent is None
 
 
 @settings(max_examples=150, deadline=None)
