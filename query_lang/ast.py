@@ -192,9 +192,24 @@ class Matches(Node):
         return self.pattern_span if self.pattern_span.line else self.span
 
 
+@dataclass(frozen=True)
+class Quantified(Node):
+    """``any(x in tags: cond)``, ``count(x in tags: cond)``: whether some element of a list
+    field satisfies ``condition`` (read as the name ``var``), or how many do."""
+
+    func: TypingLiteral["any", "count"]
+    var: str
+    source: Expr
+    condition: Expr
+    span: Span = _span()
+
+
+QUANTIFIERS = ("any", "count")
+"""The names of :class:`Quantified` expressions."""
+
 Expr = Union[
     Literal, Duration, FieldRef, VarField, Prev, Call, Search, BinOp, BoolOp, Not, Neg,
-    InValues, InList, Between, IsNull, Matches,
+    InValues, InList, Between, IsNull, Matches, Quantified,
 ]
 
 # ---------------------------------------------------------------- canonical text of expressions
@@ -285,6 +300,8 @@ def _expr_text(e: Expr) -> str:
         return f"{_expr(e.operand, _SUM)} is {'not ' if e.negated else ''}null"
     if isinstance(e, Matches):
         return f"{_expr(e.operand, _SUM)} matches /{e.pattern.replace('/', chr(92) + '/')}/"
+    if isinstance(e, Quantified):
+        return f"{e.func}({e.var} in {print_expr(e.source)}: {print_expr(e.condition)})"
     raise TypeError(f"not an expression: {e!r}")
 
 

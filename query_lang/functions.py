@@ -29,9 +29,14 @@ __all__ = [
     "SAME_AS_ARGUMENT",
     "SCALAR_FUNCTIONS",
     "ScalarFunction",
+    "between",
     "cidr_contains",
+    "concat",
+    "item",
     "haversine_km",
+    "index_of",
     "map_distinct",
+    "substring",
 ]
 
 EARTH_RADIUS_KM = 6371.0088
@@ -48,8 +53,9 @@ METRIC_AGGREGATES = frozenset(
 )
 """Aggregates of a metric's ``select``; anywhere else they are an error."""
 
-ArgumentKind = Literal["num", "str"]
-"""The kind of value a kernel receives: ``"num"`` (int or float, not bool) or ``"str"``."""
+ArgumentKind = Literal["num", "str", "bool", "list"]
+"""The kind of value a kernel receives: ``"num"`` (int or float, not bool), ``"str"``,
+``"bool"`` or ``"list"`` (a Python list)."""
 
 SAME_AS_ARGUMENT = "same"
 """A result type meaning "the type of the first argument", as for ``abs``."""
@@ -57,6 +63,7 @@ SAME_AS_ARGUMENT = "same"
 _KIND_OF_TYPE: Mapping[str, ArgumentKind] = MappingProxyType({
     # Timestamps and durations are integer milliseconds once compiled, so numbers to a kernel.
     T.INT: "num", T.FLOAT: "num", T.DURATION: "num", T.TIMESTAMP: "num", T.STRING: "str",
+    T.BOOL: "bool", T.LIST: "list",
 })
 
 _INT64_MIN = np.iinfo(np.int64).min
@@ -79,47 +86,84 @@ class ScalarFunction:
         The result type, or :data:`SAME_AS_ARGUMENT` for the type of the first argument.
     scalar
         Kernel over Python values of the parameters' kinds; returns the result (NaN counts as
-        null).
+        null). It is called with as many arguments as the call has.
     vector
         Kernel over numpy arrays of those kinds (int64/float64 for ``"num"``, object arrays of
-        ``str`` for ``"str"``), broadcasting like a ufunc. An object-dtype result holds exact
-        Python values where a fixed-width dtype would overflow.
+        ``str`` for ``"str"``, bool arrays for ``"bool"``), broadcasting like a ufunc. An
+        object-dtype result holds exact Python values where a fixed-width dtype would
+        overflow, and None for null. ``None``: columns apply ``scalar`` row by row.
     summary
         One line for error messages and documentation, such as ``lower(s)``.
+    required
+        How many leading parameters a call must give (``None``: all of them); the kernels
+        take the others as optional.
+    variadic
+        Whether the last parameter may repeat (``concat(x, ...)``).
 
     Attributes
     ----------
     kinds
-        The kind of value each parameter takes once compiled (``"num"`` or ``"str"``).
+        The kinds of value each parameter takes once compiled (``"num"``, ``"str"`` ...).
 
     Examples
     --------
     >>> hours = SCALAR_FUNCTIONS["hours"]
     >>> sorted(hours.accepts[0]), hours.kinds, hours.result_type(["duration"])
-    (['duration'], ('num',), 'float')
+    (['duration'], (frozenset({'num'}),), 'float')
+    >>> index_of = SCALAR_FUNCTIONS["index_of"]
+    >>> index_of.takes(2), index_of.takes(3), index_of.takes(4), index_of.arity_text
+    (True, True, False, '2 to 3')
     """
 
     name: str
     accepts: tuple[frozenset[str], ...]
     returns: str
     scalar: Callable[..., Any]
-    vector: Callable[..., np.ndarray]
+    vector: Callable[..., np.ndarray] | None
     summary: str
-    kinds: tuple[ArgumentKind, ...] = field(init=False)
+    required: int | None = None
+    variadic: bool = False
+    kinds: tuple[frozenset[ArgumentKind], ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        kinds = []
-        for types in self.accepts:
-            of_types = {_KIND_OF_TYPE[t] for t in types}
-            if len(of_types) != 1:
-                raise ValueError(f"{self.name}(): a parameter's types must share one kind")
-            kinds.append(of_types.pop())
-        object.__setattr__(self, "kinds", tuple(kinds))
+        kinds = tuple(frozenset(_KIND_OF_TYPE[t] for t in types) for types in self.accepts)
+        object.__setattr__(self, "kinds", kinds)
 
     @property
     def arity(self) -> int:
-        """Number of arguments the function takes."""
+        """Number of parameters the function declares (the most a call gives, unless
+        variadic)."""
         return len(self.accepts)
+
+    @property
+    def minimum(self) -> int:
+        """The fewest arguments a call gives."""
+        return self.arity if self.required is None else self.required
+
+    @property
+    def arity_text(self) -> str:
+        """How many arguments a call takes, in words: ``1``, ``2 to 3``, ``1 or more``."""
+        if self.variadic:
+            return f"{self.minimum} or more"
+        if self.minimum == self.arity:
+            return str(self.arity)
+        return f"{self.minimum} to {self.arity}"
+
+    def takes(self, count: int) -> bool:
+        """Whether a call with ``count`` arguments is well formed."""
+        return count >= self.minimum and (self.variadic or count <= self.arity)
+
+    def parameter_types(self, count: int) -> tuple[frozenset[str], ...]:
+        """The types each argument of a call with ``count`` arguments accepts."""
+        if count <= self.arity:
+            return self.accepts[:count]
+        return self.accepts + (self.accepts[-1],) * (count - self.arity)
+
+    def parameter_kinds(self, count: int) -> tuple[frozenset[ArgumentKind], ...]:
+        """The kinds each argument of a call with ``count`` arguments takes once compiled."""
+        if count <= self.arity:
+            return self.kinds if count == self.arity else self.kinds[:count]
+        return self.kinds + (self.kinds[-1],) * (count - self.arity)
 
     def result_type(self, argument_types: Sequence[str]) -> str:
         """The type of a call whose arguments have ``argument_types``."""
@@ -264,16 +308,163 @@ def _strings(function: Callable[[str], str]) -> Callable[[np.ndarray], np.ndarra
     return vector
 
 
+def _per_row(scalar: Callable[..., Any]) -> Callable[..., np.ndarray]:
+    """A vector kernel applying ``scalar`` to each row: once per distinct value of the first
+    argument when the others are constants (the common case: ``index_of(path, "\\")``)."""
+
+    def vector(first: np.ndarray, *rest: np.ndarray) -> np.ndarray:
+        if first.ndim == 0 or all(a.ndim == 0 for a in rest):
+            constants = [a.tolist() for a in rest]
+            return map_distinct(lambda value: scalar(value, *constants), first)
+        columns = np.broadcast_arrays(first, *rest)
+        out = np.empty(columns[0].shape, dtype=object)
+        for i, values in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
+            out[i] = scalar(*values)
+        return out
+
+    return vector
+
+
+def _position(value: Any) -> int | None:
+    """A character position: an integer, or a float with an integral value; else None."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def index_of(text: str, part: str, start: Any = 0) -> int | None:
+    """Position of the first ``part`` in ``text`` at or after ``start`` (negative: from the
+    end), or None when there is none.
+
+    Examples
+    --------
+    >>> index_of("explorer.exe", "plore"), index_of("explorer.exe", "e", 1)
+    (2, 6)
+    >>> index_of("explorer.exe", ".pf") is None, index_of("explorer.exe", "e", -3)
+    (True, 9)
+    """
+    begin = _position(start)
+    if begin is None:
+        return None
+    found = text.find(part, begin)
+    return None if found < 0 else found
+
+
+def substring(text: str, start: Any, end: Any = None) -> str | None:
+    """The characters of ``text`` from ``start`` up to, not including, ``end`` (the end of the
+    string when absent); negative positions count from the end, as Python's slices.
+
+    Examples
+    --------
+    >>> substring("explorer.exe", 0, 4), substring("explorer.exe", -4), substring("ab", 5)
+    ('expl', '.exe', '')
+    """
+    begin = _position(start)
+    stop = None if end is None else _position(end)
+    if begin is None or (end is not None and stop is None):
+        return None
+    return text[begin:stop]
+
+
+def between(
+    text: str, left: str, right: str, greedy: bool = False, ignore_case: bool = False
+) -> str | None:
+    """The part of ``text`` after the first ``left`` and before the next ``right`` (the last
+    ``right`` when ``greedy``), or None when either is missing. With ``ignore_case`` the
+    markers are found in the lower-cased text; the part is cut from ``text`` as written.
+
+    Examples
+    --------
+    >>> between("System Idle Process", "s", "e"), between("System Idle Process", "s", "e", True)
+    ('t', 'tem Idle Proc')
+    >>> between("System Idle Process", "s", "e", False, True)
+    'yst'
+    >>> between("System Idle Process", "s", "e", True, True)
+    'ystem Idle Proc'
+    >>> between("abc", "x", "c") is None
+    True
+    """
+    haystack = text.lower() if ignore_case else text
+    if ignore_case:
+        left, right = left.lower(), right.lower()
+    begin = haystack.find(left)
+    if begin < 0:
+        return None
+    begin += len(left)
+    end = haystack.rfind(right, begin) if greedy else haystack.find(right, begin)
+    return None if end < 0 else text[begin:end]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def concat(*values: Any) -> str:
+    """The values written as text one after another: numbers as Python writes them, booleans
+    as ``true``/``false``.
+
+    Examples
+    --------
+    >>> concat(5, ":", "wininit.exe", 3), concat("a", 2.5, True)
+    ('5:wininit.exe3', 'a2.5true')
+    """
+    return "".join(_text(v) for v in values)
+
+
+def item(values: list[Any], index: Any) -> Any:
+    """The element of a list at a zero-based ``index`` (negative: from the end), or None past
+    either end.
+
+    Examples
+    --------
+    >>> item(["en-US", "en"], 1), item(["en-US", "en"], -1)
+    ('en', 'en')
+    >>> item(["en-US", "en"], 2) is None
+    True
+    """
+    position = _position(index)
+    if position is None or not -len(values) <= position < len(values):
+        return None
+    return values[position]
+
+
+def _case_map(function: Callable[[str], str]) -> Callable[[Any], Any]:
+    """``function`` over a string, or over each string of a list."""
+
+    def apply(value: Any) -> Any:
+        if isinstance(value, str):
+            return function(value)
+        return [function(v) if isinstance(v, str) else v for v in value]
+
+    return apply
+
+
 _STRING = (frozenset({T.STRING}),)
 _DURATION = (frozenset({T.DURATION}),)
+
+_INT = frozenset({T.INT})
+_BOOL = frozenset({T.BOOL})
+_STRING_OR_LIST = (frozenset({T.STRING, T.LIST}),)
+_PRIMITIVE = frozenset({T.STRING, T.INT, T.FLOAT, T.BOOL})
 
 SCALAR_FUNCTIONS: Mapping[str, ScalarFunction] = MappingProxyType({
     f.name: f
     for f in (
-        ScalarFunction("lower", _STRING, T.STRING, _lower, _strings(_lower), "lower(s)"),
-        # EQL's length(): characters of a string (code points, as Python and EQL count them).
-        ScalarFunction("length", _STRING, T.INT, len, _length_vector, "length(s)"),
-        ScalarFunction("upper", _STRING, T.STRING, _upper, _strings(_upper), "upper(s)"),
+        ScalarFunction(
+            "lower", _STRING_OR_LIST, SAME_AS_ARGUMENT, _case_map(_lower), _strings(_lower),
+            "lower(s)",
+        ),
+        # EQL's length(): characters of a string (code points, as Python and EQL count them),
+        # or elements of a list.
+        ScalarFunction("length", _STRING_OR_LIST, T.INT, len, _length_vector, "length(s)"),
+        ScalarFunction(
+            "upper", _STRING_OR_LIST, SAME_AS_ARGUMENT, _case_map(_upper), _strings(_upper),
+            "upper(s)",
+        ),
         ScalarFunction(
             "abs", (T.NUMERIC | {T.DURATION},), SAME_AS_ARGUMENT, abs, _abs_vector, "abs(x)"
         ),
@@ -290,6 +481,26 @@ SCALAR_FUNCTIONS: Mapping[str, ScalarFunction] = MappingProxyType({
         ScalarFunction(
             "cidr_match", _STRING * 2, T.BOOL, cidr_contains, _cidr_vector,
             "cidr_match(ip, network)",
+        ),
+        # EQL's string functions (indexOf, substring, between, concat) and array index.
+        ScalarFunction(
+            "index_of", (*_STRING * 2, _INT), T.INT, index_of, _per_row(index_of),
+            "index_of(s, part, start)", required=2,
+        ),
+        ScalarFunction(
+            "substring", (*_STRING, _INT, _INT), T.STRING, substring, _per_row(substring),
+            "substring(s, start, end)", required=2,
+        ),
+        ScalarFunction(
+            "between", (*_STRING * 3, _BOOL, _BOOL), T.STRING, between, _per_row(between),
+            "between(s, left, right, greedy, ignore_case)", required=3,
+        ),
+        ScalarFunction(
+            "concat", (_PRIMITIVE,), T.STRING, concat, None, "concat(x, ...)", variadic=True,
+        ),
+        ScalarFunction(
+            "item", (frozenset({T.LIST}), _INT), T.STRING, item, None,
+            "item(list, index)",
         ),
     )
 })

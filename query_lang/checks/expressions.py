@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import re2
 
@@ -182,16 +182,30 @@ class ExpressionTypes:
             self.check_search_leaf(leaf, e)
         return T.BOOL
 
+    def _type_Quantified(self, e: ast.Quantified, scope: ExpressionScope) -> str:
+        t = self.expr_type(e.source, scope)
+        if t not in (T.LIST, T.ANY):
+            self.error(VigilTypeError, f"{e.func}() reads the elements of a list of strings, "
+                                       f"not {T.describe(t)}", e)
+        if e.var in scope.fields or e.var in scope.variables:
+            what = "pattern variable" if e.var in scope.variables else "field"
+            self.error(VigilNameError, f"{e.func}(): the element name '{e.var}' is already a "
+                                       f"{what} here; choose another", e)
+        inner = replace(scope, fields={**scope.fields, e.var: T.STRING})
+        self.want_bool(self.expr_type(e.condition, inner), e.condition,
+                       f"the condition of {e.func}()")
+        return T.BOOL if e.func == "any" else T.INT
+
     def _type_Call(self, e: ast.Call, scope: ExpressionScope) -> str:
         function = SCALAR_FUNCTIONS.get(e.func)
         if function is not None:
-            wanted = function.accepts
-            if len(e.args) != len(wanted):
+            if not function.takes(len(e.args)):
                 self.error(
                     VigilTypeError,
-                    f"{e.func}() takes {len(wanted)} argument(s), got {len(e.args)}", e,
+                    f"{e.func}() takes {function.arity_text} argument(s), got {len(e.args)}", e,
                 )
                 return T.ANY
+            wanted = function.parameter_types(len(e.args))
             arg_types = [self.expr_type(a, scope) for a in e.args]
             for a, t, allowed in zip(e.args, arg_types, wanted, strict=True):
                 if t not in allowed and t not in (T.ANY, T.NULL):

@@ -23,6 +23,7 @@ from query_lang.ast import (
     Neg,
     Node,
     Not,
+    Quantified,
     Search,
     walk,
 )
@@ -40,6 +41,7 @@ from query_lang.compiler.kernels import (
     _distinct_test,
     _in_values_columns,
     _negate_column,
+    _quantified_columns,
     _scalar_column,
     _string_test_columns,
     _truth_values,
@@ -165,6 +167,14 @@ class _ColumnCompiler:
             return _bool_column(valid if negated else ~valid)
 
         return is_null
+
+    def _quantified(self, node: Quantified) -> Callable[[_Batch], _Column]:
+        source = self.compile(node.source)
+        condition = self.compile(node.condition)
+        func, name = node.func, node.var
+        return lambda batch: _quantified_columns(
+            func, source(batch), batch.size, name, batch, condition
+        )
 
     def _matches(self, node: Matches) -> Callable[[_Batch], _Column]:
         test = functools.partial(_regex_test, _compile_regex(node))

@@ -19,6 +19,7 @@ from query_lang.compiler.values import (
     _COMPARE,
     _STRING_TESTS,
     BOOL,
+    LIST,
     NULL,
     NUM,
     STR,
@@ -157,6 +158,11 @@ class _Batch:
         self.frame = frame
         self._columns: dict[str, _Column] = {}
 
+    @property
+    def size(self) -> int:
+        """The number of rows."""
+        return len(self.frame)
+
     def column(self, name: str) -> _Column:
         column = self._columns.get(name)
         if column is None:
@@ -172,6 +178,65 @@ class _Batch:
                 column = _series_column(series)
             self._columns[name] = column
         return column
+
+
+class _ElementBatch:
+    """The rows of a batch repeated once per element of a list column, with the element
+    readable under a name: what the condition of ``any(x in tags: ...)`` is evaluated over.
+
+    ``rows[i]`` is the batch row the i-th element came from.
+    """
+
+    __slots__ = ("base", "rows", "name", "elements")
+
+    def __init__(self, base: Any, rows: np.ndarray, name: str, elements: _Column) -> None:
+        self.base = base
+        self.rows = rows
+        self.name = name
+        self.elements = elements
+
+    @property
+    def size(self) -> int:
+        """The number of rows (elements)."""
+        return len(self.rows)
+
+    def column(self, name: str) -> _Column:
+        if name == self.name:
+            return self.elements
+        column = self.base.column(name)
+        values = column.values if column.values.ndim == 0 else column.values[self.rows]
+        valid = column.valid if column.valid.ndim == 0 else column.valid[self.rows]
+        return _Column(column.kind, values, valid)
+
+
+def _list_elements(lists: _Column, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The elements of each row's list (a row whose value is not a list has none), flattened
+    and normalised, and the row each came from."""
+    cells = np.broadcast_to(_object_values(lists), (size,))
+    counts = np.zeros(size, dtype=np.int64)
+    elements: list[Any] = []
+    for i, cell in enumerate(cells.tolist()):
+        if value_kind(cell) == LIST:
+            counts[i] = len(cell)
+            elements.extend(normalise_value(e) for e in cell)
+    flat = np.empty(len(elements), dtype=object)
+    flat[:] = elements
+    return np.repeat(np.arange(size), counts), flat
+
+
+def _quantified_columns(
+    func: str, lists: _Column, size: int, name: str, base: Any,
+    condition: Callable[[Any], _Column],
+) -> _Column:
+    """``any`` or ``count`` of ``condition`` over the elements of each row's list."""
+    rows, elements = _list_elements(lists, size)
+    batch = _ElementBatch(base, rows, name, _objects_column(elements, normalised=True))
+    hits = rows[np.broadcast_to(_truth_values(condition(batch)), rows.shape)]
+    if func == "count":
+        return _Column(NUM, np.bincount(hits, minlength=size).astype(np.int64), _ALL)
+    found = np.zeros(size, dtype=bool)
+    found[hits] = True
+    return _bool_column(found)
 
 
 def _object_values(column: _Column) -> np.ndarray:
@@ -319,9 +384,10 @@ def _negate_column(a: _Column) -> _Column:
 def _call_columns(function: ScalarFunction, args: Sequence[_Column]) -> _Column:
     if any(a.kind == NULL for a in args):
         return _NULL_COLUMN
-    if any(a.kind == _OBJ for a in args):
+    kinds = function.parameter_kinds(len(args))
+    if function.vector is None or any(a.kind == _OBJ for a in args):
         return _elementwise(functools.partial(_call_scalar, function), args, tests=False)
-    if any(a.kind != kind for a, kind in zip(args, function.kinds, strict=True)):
+    if any(a.kind not in kind for a, kind in zip(args, kinds, strict=True)):
         return _NULL_COLUMN
     valid = functools.reduce(operator.and_, (a.valid for a in args))
     with np.errstate(all="ignore"):

@@ -24,6 +24,7 @@ from query_lang.ast import (
     Matches,
     Node,
     Prev,
+    Quantified,
     Search,
     SearchNode,
     Span,
@@ -168,10 +169,10 @@ def _scalar_function(call: Call) -> ScalarFunction | None:
             return None
         known = ", ".join(sorted(set(SCALAR_FUNCTIONS) | PATTERN_AGGREGATES))
         raise CompileError(f"unknown function {call.func}(); known functions: {known}", call.span)
-    if len(call.args) != function.arity:
-        plural = "argument" if function.arity == 1 else "arguments"
+    if not function.takes(len(call.args)):
+        plural = "argument" if function.arity_text == "1" else "arguments"
         raise CompileError(
-            f"{function.summary} takes {function.arity} {plural}, got {len(call.args)}",
+            f"{function.summary} takes {function.arity_text} {plural}, got {len(call.args)}",
             call.span,
         )
     return function
@@ -252,8 +253,17 @@ def _field_reads(expr: Expr, scope: Scope) -> tuple[frozenset[str], frozenset[st
     """Fields read from the current event, and fields read from earlier events."""
     current: set[str] = set()
     history: set[str] = set()
+    # any(x in tags: ...): inside the condition, ``x`` is an element of the list, not a field
+    elements = {
+        id(ref)
+        for node in walk(expr) if isinstance(node, Quantified)
+        for ref in walk(node.condition)
+        if isinstance(ref, FieldRef) and ref.qualifier is None and ref.name == node.var
+    }
     # count(v): ``v`` is a pattern variable, not a field
     for node in walk(expr, descend=lambda node: not _names_a_variable(node, scope)):
+        if id(node) in elements:
+            continue
         if isinstance(node, FieldRef):
             (history if _is_variable_ref(node, scope) else current).add(node.name)
         elif isinstance(node, VarField | Prev):

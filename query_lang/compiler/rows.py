@@ -4,6 +4,7 @@ node, calling each other, no ``eval``.
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from query_lang.ast import (
     Neg,
     Not,
     Prev,
+    Quantified,
     Search,
     VarField,
 )
@@ -43,6 +45,7 @@ from query_lang.compiler.resolve import (
 )
 from query_lang.compiler.values import (
     BOOL,
+    LIST,
     NUM,
     STR,
     _average,
@@ -212,12 +215,38 @@ class _RowCompiler:
         operand = self.compile(node.operand)
         return lambda event, ctx: _regex_test(regex, operand(event, ctx))
 
+    def _quantified(self, node: Quantified) -> RowEvaluator:
+        source = self.compile(node.source)
+        condition = self.compile(node.condition)
+        name = node.var
+
+        def holds(element: Any, event: Mapping[str, Any], ctx: MatchContext | None) -> bool:
+            # The element shadows nothing: the checks refuse a name the event already has.
+            return condition(ChainMap({name: element}, event), ctx) is True
+
+        if node.func == "count":
+            def count(event: Mapping[str, Any], ctx: MatchContext | None) -> int:
+                values = source(event, ctx)
+                if value_kind(values) != LIST:
+                    return 0
+                return sum(1 for element in values if holds(element, event, ctx))
+
+            return count
+
+        def any_element(event: Mapping[str, Any], ctx: MatchContext | None) -> bool:
+            values = source(event, ctx)
+            if value_kind(values) != LIST:
+                return False
+            return any(holds(element, event, ctx) for element in values)
+
+        return any_element
+
 
 _ROW_METHODS: Mapping[type, str] = {
     Literal: "_literal", Duration: "_duration", FieldRef: "_fieldref", VarField: "_varfield",
     Prev: "_prev", Call: "_call", Search: "_search", BinOp: "_binop", BoolOp: "_boolop",
     Not: "_not", Neg: "_neg", InValues: "_invalues", InList: "_inlist", Between: "_between",
-    IsNull: "_isnull", Matches: "_matches",
+    IsNull: "_isnull", Matches: "_matches", Quantified: "_quantified",
 }
 
 

@@ -242,8 +242,8 @@ def _regex_test(regex: Any, value: Any) -> bool:
 
 
 def _call_scalar(function: ScalarFunction, *args: Any) -> Any:
-    for arg, kind in zip(args, function.kinds, strict=True):
-        if value_kind(arg) != kind:
+    for arg, kinds in zip(args, function.parameter_kinds(len(args)), strict=True):
+        if value_kind(arg) not in kinds:
             return None
     try:
         result = function.scalar(*args)

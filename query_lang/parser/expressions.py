@@ -131,6 +131,26 @@ class ExpressionRules(NodeBuilder):
             )
         return ast.Call(lowered, tuple(args), span)
 
+    def quantified(self, meta, children):
+        name, head, condition = children
+        func = str(name).lower()
+        form = "any(x in tags: condition) or count(x in tags: condition)"
+        if func not in ast.QUANTIFIERS:
+            raise self._error(
+                VigilSyntaxError, f"a condition over a list's elements is written {form}, "
+                f"not {func}(...: ...)", meta,
+            )
+        if not (
+            isinstance(head, ast.InList) and isinstance(head.operand, ast.FieldRef)
+            and head.operand.qualifier is None
+        ):
+            raise self._error(
+                VigilSyntaxError, f"{func}() names each element and the list field it "
+                f"reads: {form}", meta,
+            )
+        source = ast.FieldRef(head.list_name, None, head.span)
+        return ast.Quantified(func, head.operand.name, source, condition, self._span(meta))
+
     def call_field(self, meta, children):
         name, *rest = children
         field_name = rest[-1]

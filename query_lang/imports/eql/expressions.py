@@ -37,10 +37,11 @@ __all__ = [
     "pipe_name",
 ]
 
-VIGIL_TYPES = ("string", "int", "float", "bool")
+VIGIL_TYPES = ("string", "int", "float", "bool", "list<string>")
 """The types a field of an imported stream is declared with."""
 
 _NUMBER = "number"  # an integer or a float: settled once every use is seen
+_LIST = "list<string>"
 _NOT_WRITTEN = object()
 
 # Words that end or change an expression where a field name would stand.
@@ -56,6 +57,7 @@ _STRING_ARGUMENT_FUNCTIONS = frozenset(
     {"wildcard", "match", "matchLite", "length", "cidrMatch", "between", "indexOf", "substring",
      *_STRING_TESTS}
 )
+_ARRAY_FUNCTIONS = frozenset({"arrayContains", "arraySearch", "arrayCount"})
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,21 @@ def field_name(parsed: ParsedQuery, node: eql_ast.Field) -> str:
         raise parsed.error(node, f"field `{node.render()}` would be the Vigil keyword `{name}`",
                            construct="keyword field")
     return name
+
+
+def _indexed_field(parsed: ParsedQuery, node: eql_ast.Field) -> tuple[str, int] | None:
+    """``(list field, index)`` for ``a.b[1]``; None for a plain field. An index anywhere but
+    at the end (``a[0].b``, ``a[0][1]``) is an error: Vigil lists hold strings."""
+    parts = [node.base, *node.path]
+    if all(isinstance(p, str) for p in parts):
+        return None
+    if not isinstance(parts[-1], int) or not all(isinstance(p, str) for p in parts[:-1]):
+        raise parsed.error(
+            node, f"field `{node.render()}` reads inside an array's elements; Vigil lists "
+            "hold strings", construct="nested array",
+        )
+    base = eql_ast.Field(node.base, list(node.path[:-1]))
+    return field_name(parsed, base), parts[-1]
 
 
 class FieldTypes:
@@ -169,20 +186,27 @@ def infer_types(parsed: ParsedQuery, node: Any, streams: list[str], types: Field
         if isinstance(n, eql_ast.Literal):
             return _literal_type(n.value)
         if isinstance(n, eql_ast.Field):
+            if _indexed_field(parsed, n) is not None:
+                return "string"
             return types.known(streams, field_name(parsed, n))
         if isinstance(n, eql_ast.MathOperation) or (
             isinstance(n, eql_ast.FunctionCall) and n.name in _MATH_FUNCTIONS
         ):
             return _NUMBER
-        if isinstance(n, eql_ast.FunctionCall) and n.name in ("length", "indexOf", "number"):
+        if isinstance(n, eql_ast.FunctionCall) and n.name in ("length", "indexOf", "number",
+                                                               "arrayCount"):
             return _NUMBER
         if isinstance(n, eql_ast.FunctionCall) and n.name in ("concat", "substring", "string",
                                                                "between"):
             return "string"
+        if isinstance(n, eql_ast.FunctionCall) and n.name == "safe" and n.arguments:
+            return static(n.arguments[0])
         return None
 
     def note_field(n: Any, kind: str | None) -> None:
-        if isinstance(n, eql_ast.Field) and kind is not None:
+        if isinstance(n, eql_ast.Field) and kind is not None and (
+            _indexed_field(parsed, n) is None
+        ):
             types.note(streams, field_name(parsed, n), kind, parsed, n)
 
     def walk(n: Any, boolean: bool) -> None:
@@ -221,6 +245,12 @@ def infer_types(parsed: ParsedQuery, node: Any, streams: list[str], types: Field
                     note_field(arg, _NUMBER)
                 elif n.name in _STRING_ARGUMENT_FUNCTIONS and (i == 0 or n.name in _STRING_TESTS):
                     note_field(arg, "string")
+                elif (n.name in ("indexOf", "substring") and i > 0) or (
+                    n.name == "between" and i > 2
+                ):
+                    note_field(arg, "bool" if n.name == "between" else _NUMBER)
+                elif n.name in _ARRAY_FUNCTIONS and i > 0:
+                    continue  # a variable of arraySearch, or values: not fields of the event
                 walk(arg, False)
             return
         if isinstance(n, (eql_ast.And, eql_ast.Or)):
@@ -256,6 +286,8 @@ class ExpressionWriter:
     case_insensitive: Callable[[Any], bool]
     field_type: Callable[[str], str]
     fields_read: set[str] = field(default_factory=set)
+    # The variables of arraySearch/arrayCount in scope: EQL name -> Vigil element name.
+    elements: dict[str, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ conditions
 
@@ -354,9 +386,17 @@ class ExpressionWriter:
             return self._string_test(node, _STRING_TESTS[name])
         if name == "cidrMatch":
             return self._cidr_match(node)
+        if name == "safe" and len(node.arguments) == 1:
+            return self.condition(node.arguments[0])
+        if name == "arrayContains" and len(node.arguments) >= 2:
+            return self._array_contains(node)
+        if name == "arraySearch" and len(node.arguments) == 3:
+            return self._array_search(node)
         value = self.value(node)
         if value.type == "bool":
             return Condition(f"{value.text} == true", f"{value.text} == false")
+        if value.text == "null":  # always null (such as arithmetic on a string)
+            return Condition("false", "false")
         raise self._unsupported(node)
 
     def _string_subject(self, node: Any) -> _Value:
@@ -433,6 +473,70 @@ class ExpressionWriter:
                   if v.literal is _NOT_WRITTEN]
         return Condition(test, join_terms(" and ", [*guards, f"not ({test})"]))
 
+    def _array(self, node: Any) -> _Value:
+        value = self.value(node)
+        if value.type != _LIST:
+            raise self.parsed.error(node, f"`{node.render()}` is not declared {_LIST} (give "
+                                    "its type with a schema)", construct="array type")
+        return value
+
+    def _membership(self, node: Any, array: _Value, literal: Any) -> str:
+        if isinstance(literal, str):
+            if self.case_insensitive(node):
+                return f"lower({array.text}) contains {quote(literal.lower())}"
+            return f"{array.text} contains {quote(literal)}"
+        return "false"  # a list of strings holds no number, boolean or null
+
+    def _array_contains(self, node: eql_ast.FunctionCall) -> Condition:
+        subject, *values = node.arguments
+        array = self._array(subject)
+        if not all(isinstance(v, eql_ast.Literal) for v in values):
+            raise self.parsed.error(node, "arrayContains of a value read from a field",
+                                    construct="dynamic arrayContains")
+        test = join_terms(" or ", [self._membership(node, array, v.value) for v in values])
+        # EQL: null for a missing array, else true or false.
+        return Condition(test, join_terms(" and ", [f"{array.text} is not null",
+                                                    f"not {_group(test)}"]))
+
+    def _array_search(self, node: eql_ast.FunctionCall) -> Condition:
+        # `arraySearch(xs, v, v == "literal")` is a membership test; any other condition
+        # over the elements, `any(v in xs: ...)`.
+        subject, variable, body = node.arguments
+        array = self._array(subject)
+        literal = None
+        if (isinstance(variable, eql_ast.Field) and not variable.path
+                and isinstance(body, eql_ast.Comparison) and body.comparator == "=="):
+            sides = (body.left, body.right)
+            for element, other in (sides, sides[::-1]):
+                if (isinstance(element, eql_ast.Field) and element.base == variable.base
+                        and not element.path and isinstance(other, eql_ast.String)):
+                    literal = other.value
+        # (The classic dialect's `==` with a `*` arrives as a wildcard() call, not here.)
+        if literal is None:
+            test = self._over_elements("any", array, variable, body)
+            # EQL: false, never null, when no element satisfies it or the array is missing.
+            return Condition(test, f"not {test}")
+        test = self._membership(body, array, literal)
+        # EQL: false, never null, for a missing array.
+        return Condition(test, f"{array.text} is null or not ({test})")
+
+    def _over_elements(self, func: str, array: _Value, variable: Any, body: Any) -> str:
+        """``any(...)`` or ``count(...)`` of an EQL condition over the elements of a list."""
+        if not isinstance(variable, eql_ast.Field) or variable.path:
+            raise self.parsed.error(variable, f"`{variable.render()}` is not a variable name",
+                                    construct="array variable")
+        name = "each_" + re.sub(r"[^A-Za-z0-9_]", "_", variable.base)
+        outer = self.elements.get(variable.base)
+        self.elements[variable.base] = name
+        try:
+            condition = self.condition(body)
+        finally:
+            if outer is None:
+                del self.elements[variable.base]
+            else:
+                self.elements[variable.base] = outer
+        return f"{func}({name} in {array.text}: {condition.true})"
+
     def _cidr_match(self, node: eql_ast.FunctionCall) -> Condition:
         if "cidr_match" not in SCALAR_FUNCTIONS:
             raise self._unsupported(node)
@@ -465,6 +569,22 @@ class ExpressionWriter:
         return _Value("null", None, None)
 
     def _value_Field(self, node: eql_ast.Field) -> _Value:
+        if node.base in self.elements:
+            if node.path:
+                raise self.parsed.error(node, f"`{node.render()}` reads inside an array's "
+                                        "elements; Vigil lists hold strings",
+                                        construct="nested array")
+            return _Value(self.elements[node.base], "string")
+        indexed = _indexed_field(self.parsed, node)
+        if indexed is not None:
+            name, index = indexed
+            self.fields_read.add(name)
+            if self.field_type(name) != _LIST:
+                raise self.parsed.error(
+                    node, f"field `{node.render()}` indexes `{name}`, which is not declared "
+                    f"{_LIST} (give its type with a schema)", construct="array index",
+                )
+            return _Value(f"item({name}, {_number(index).text})", "string")
         name = field_name(self.parsed, node)
         self.fields_read.add(name)
         return _Value(name, self.field_type(name))
@@ -479,9 +599,36 @@ class ExpressionWriter:
         if name == "length" and len(args) == 1:
             if isinstance(args[0], eql_ast.String):
                 return _number(len(args[0].value))
-            if "length" in SCALAR_FUNCTIONS:
-                value = self._string_subject(args[0])
-                return _Value(f"length({value.text})", "int")
+            value = self.value(args[0])
+            # Elasticsearch's length is defined for strings; the package's engine counts the
+            # elements of an array.
+            lists = (_LIST,) if self.parsed.dialect == "classic" else ()
+            if value.type == _LIST and not lists:
+                raise self.parsed.error(args[0], f"`{args[0].render()}` is an array, and "
+                                        "Elasticsearch's length is defined for strings (the "
+                                        "classic dialect counts elements)",
+                                        construct="length of an array")
+            if value.type not in ("string", *lists, None):
+                raise self.parsed.error(args[0], f"`{args[0].render()}` is not a string or an "
+                                        "array", construct="length of a non-string")
+            return _Value(f"length({value.text})", "int")
+        if name == "indexOf" and len(args) in (2, 3):
+            return self._index_of(node)
+        if name == "substring" and len(args) in (2, 3):
+            text = self._string_subject(args[0]).text
+            bounds = [self._integer(a) for a in args[1:]]
+            return _Value(f"substring({', '.join([text, *bounds])})", "string")
+        if name == "between" and len(args) in (3, 4):
+            return self._between(node)
+        if name == "concat" and args:
+            return self._concat(node)
+        if name == "safe" and len(args) == 1:
+            # Vigil never raises while evaluating: what would fail in EQL is already null.
+            return self.value(args[0])
+        if name == "arrayCount" and len(args) == 3:
+            # EQL counts 0 for a missing array, as Vigil's count() does.
+            array = self._array(args[0])
+            return _Value(self._over_elements("count", array, args[1], args[2]), "int")
         if name == "number" and all(isinstance(a, eql_ast.Literal) for a in args):
             folded = _to_number(*(a.value for a in args))
             if folded is None:
@@ -489,12 +636,69 @@ class ExpressionWriter:
             return _number(folded)
         raise self._unsupported(node)
 
+    def _integer(self, node: Any) -> str:
+        value = self.value(node)
+        if value.type not in ("int", _NUMBER, None):
+            raise self.parsed.error(node, f"`{node.render()}` is not an integer",
+                                    construct="position type")
+        return value.text
+
+    def _index_of(self, node: eql_ast.FunctionCall) -> _Value:
+        subject, part, *start = node.arguments
+        text, needle = self._string_subject(subject), self._string_subject(part)
+        if self.case_insensitive(node):
+            # EQL folds both and returns the position in the folded text.
+            text, needle = _folded(text), _folded(needle)
+        parts = [text.text, needle.text, *(self._integer(s) for s in start)]
+        if start and self.parsed.dialect != "classic":
+            # Elasticsearch starts a negative position at 0; Vigil's counts from the end.
+            first = _constant_number(start[0])
+            if not isinstance(first, int):
+                raise self.parsed.error(start[0], "Elasticsearch's indexOf starts a negative "
+                                        "position at 0, Vigil's index_of counts it from the "
+                                        "end: give the start as a whole number",
+                                        construct="indexOf start from a field")
+            parts[2] = str(max(first, 0))
+        return _Value(f"index_of({', '.join(parts)})", "int")
+
+    def _between(self, node: eql_ast.FunctionCall) -> _Value:
+        if self.parsed.dialect != "classic":
+            raise self.parsed.error(
+                node, "Elasticsearch's between gives \"\" where the markers are missing, "
+                "Vigil's between (the eql package's) gives null", construct="function between",
+            )
+        subject, left, right, *greedy = node.arguments
+        parts = [self._string_subject(a).text for a in (subject, left, right)]
+        if greedy:
+            flag = self.value(greedy[0])
+            if flag.type not in ("bool", None):
+                raise self.parsed.error(greedy[0], f"`{greedy[0].render()}` is not a boolean",
+                                        construct="between flag")
+            parts.append(flag.text)
+        if self.case_insensitive(node):
+            if not greedy:
+                parts.append("false")
+            parts.append("true")
+        return _Value(f"between({', '.join(parts)})", "string")
+
+    def _concat(self, node: eql_ast.FunctionCall) -> _Value:
+        parts = []
+        for arg in node.arguments:
+            value = self.value(arg)
+            if value.type is None:  # EQL's concat of a null is null
+                return _Value("null", None, None)
+            if value.type not in ("string", "int", "float", "bool", _NUMBER):
+                raise self.parsed.error(arg, f"`{arg.render()}` is {value.type}, not a value "
+                                        "concat writes", construct="concat type")
+            parts.append(value.text)
+        return _Value(f"concat({', '.join(parts)})", "string")
+
     def _arithmetic(self, node: Any, op: str, left_node: Any, right_node: Any) -> _Value:
         left, right = self.value(left_node), self.value(right_node)
-        for side, side_node in ((left, left_node), (right, right_node)):
-            if side.type not in ("int", "float", _NUMBER, None):
-                raise self.parsed.error(side_node, f"arithmetic on `{side_node.render()}`, "
-                                        f"which is {side.type}", construct="arithmetic type")
+        if any(side.type not in ("int", "float", _NUMBER, None) for side in (left, right)):
+            # EQL's arithmetic is null unless both sides are numbers; a field declared as a
+            # string (or a list, a boolean) never is.
+            return _Value("null", None, None)
         kind = "float" if "float" in (left.type, right.type) else "int"
         a, b = _group(left.text), _group(right.text)
         if op == "/" and kind == "int":
@@ -524,9 +728,23 @@ def _is_condition(node: Any) -> bool:
     if isinstance(node, (eql_ast.Comparison, eql_ast.InSet, eql_ast.And, eql_ast.Or,
                          eql_ast.Not, eql_ast.IsNull, eql_ast.IsNotNull)):
         return True
+    if isinstance(node, eql_ast.FunctionCall) and node.name == "safe" and node.arguments:
+        return _is_condition(node.arguments[0])
     return isinstance(node, eql_ast.FunctionCall) and node.name in (
-        "wildcard", "match", "matchLite", "cidrMatch", *_STRING_TESTS
+        "wildcard", "match", "matchLite", "cidrMatch", "arrayContains", "arraySearch",
+        *_STRING_TESTS
     )
+
+
+def _constant_number(node: Any) -> int | float | None:
+    """The value of a number written as a literal (``3``, ``-3``), else None."""
+    if isinstance(node, eql_ast.Number):
+        return node.value
+    if (isinstance(node, eql_ast.MathOperation) and node.operator == "-"
+            and isinstance(node.left, eql_ast.Number) and node.left.value == 0
+            and isinstance(node.right, eql_ast.Number)):
+        return -node.right.value
+    return None
 
 
 def _comparable(a: str | None, b: str | None) -> bool:

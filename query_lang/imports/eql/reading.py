@@ -41,6 +41,7 @@ class ParsedQuery:
     text: str
     file: str
     line_offset: int = 0
+    dialect: str = "elasticsearch"
     origins: dict[int, tuple[int, int]] = field(default_factory=dict)
     operator_of: dict[int, str] = field(default_factory=dict)
     # The nodes the maps name, kept alive so that their ids are never reused.
@@ -140,7 +141,7 @@ def parse_eql(
     options: dict[str, Any] = {"optimized": False}
     if dialect == "elasticsearch":
         options.update(elasticsearch_syntax=True, allow_negation=True, allow_runs=True)
-    parsed = ParsedQuery(None, body, file, line_offset)
+    parsed = ParsedQuery(None, body, file, line_offset, dialect)
     if not text.strip():
         raise EqlImportError("no EQL query", Span(file, line_offset + 1, 1), parsed.source(),
                              construct="syntax")

@@ -68,6 +68,8 @@ def _kind(value: Any) -> str | None:
         return "float"
     if isinstance(value, str):
         return "string"
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return "list<string>"
     return None
 
 

@@ -73,6 +73,51 @@ def test_operators(condition, matching):
     assert run(f"process where {condition}", events) == [[i] for i in matching]
 
 
+@pytest.mark.parametrize(
+    ("condition", "matching"),
+    [
+        ('indexOf(process.name, "exe") == 4', [0]),
+        ('indexOf~(process.name, "EXE") == 4', [0, 1]),
+        ('indexOf(process.name, ".", -100) == 3', [0, 1]),  # a negative start is 0 here
+        ('indexOf(process.name, "z") == null', [0, 1, 2]),  # found nowhere, or no name
+        ('substring(process.name, -4) == ".exe"', [0]),
+        ('substring(process.name, 0, 3) : "CMD"', [0, 1]),
+        ('concat(process.name, "/", pid) == "cmd.exe/5"', [0]),
+        ('concat(process.name, pid) != null', [0, 1]),
+    ],
+)
+def test_string_functions(condition, matching):
+    events = [P(process_name="cmd.exe", pid=5), P(process_name="CMD.EXE", pid=2), P(pid=4)]
+    options = EqlOptions(id_field="id", schema={"*": {"id": "int", "pid": "int"}})
+    assert run(f"process where {condition}", events, options) == [[i] for i in matching]
+
+
+@pytest.mark.parametrize(
+    ("condition", "matching"),
+    [
+        ('between(name, "s", "e") == "yst"', [0]),  # the classic dialect ignores case
+        ('between(name, "s", "e", true) == "ystem idl"', [0]),
+        ('arrayContains(tags, "EN", "x")', [0]),
+        ('not arrayContains(tags, "fr")', [0]),  # no tags: null, neither true nor false
+        ('tags[1] == "EN"', [0]),
+        ('length(tags) == 1', [1]),
+        ('arraySearch(tags, t, t == "FR")', [1]),
+        ('not arraySearch(tags, t, t == "fr")', [0, 2]),  # no tags: false
+        ('safe(name / 2) == null', [0, 1, 2]),  # arithmetic on a string is null
+        ('arraySearch(tags, t, endsWith(t, "-us"))', [0]),
+        ('not arraySearch(tags, t, startsWith(t, "f"))', [0, 2]),
+        ('arrayCount(tags, t, t == "EN*") == 2', [0]),
+        ('arrayCount(tags, t, t == "*") == 0', [2]),  # no tags: none counted
+    ],
+)
+def test_classic_string_and_array_functions(condition, matching):
+    options = EqlOptions(dialect="classic", id_field="id", schema={
+        "*": {"id": "int", "name": "string", "tags": "list<string>"}})
+    events = [P(name="System Idle", tags=["en-US", "en"]), P(name="smss.exe", tags=["fr"]),
+              P(name="x")]
+    assert run(f"process where {condition}", events, options) == [[i] for i in matching]
+
+
 def test_sequence_keeps_the_latest_pending_sequence_per_key_and_reports_overlaps():
     events = [P(k=1, t="a"), P(k=1, t="a"), P(k=2, t="a"), P(k=1, t="b"), P(k=2, t="b"),
               P(k=1, t="b")]
@@ -118,7 +163,10 @@ def test_per_step_join_keys_follow_a_process_to_its_child():
     [
         ("process where true | head 5", "pipe head", 22),
         ("join [process where true] [file where true]", "join", 7),
-        ("process where concat(a, b) == \"ab\"", "function concat", 15),
+        ("process where arrayCount(a, x, x == \"y\") == 1", "array type", 26),
+        ("process where between(a, \"b\", \"c\") == \"x\"", "function between", 15),
+        ("process where indexOf(a, \"b\", k) == 1", "indexOf start from a field", 31),
+        ("process where arraySearch(a, x, x.y == 1)", "array type", 27),
         ("process where a[0] == \"x\"", "array index", 15),
         ("sequence with maxspan=1m ![process where a == 1] [process where true]",
          "leading missing event", 26),
@@ -164,3 +212,11 @@ def test_stream_mapping_and_schema(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "stream proc (\n  pid float,\n  timestamp timestamp\n) time timestamp unit ms" in out
     assert "from proc" in out
+
+
+def test_elasticsearch_length_of_an_array_is_refused():
+    options = EqlOptions(schema={"*": {"tags": "list<string>"}})
+    err = refusal("process where length(tags) == 2", options)
+    assert (err.construct, err.column) == ("length of an array", 22)
+    classic = EqlOptions(dialect="classic", schema={"*": {"tags": "list<string>"}})
+    assert not import_eql([EqlSource("q.eql", "process where length(tags) == 2")], classic).errors
