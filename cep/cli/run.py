@@ -120,6 +120,11 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         "cores when the checkpoint is made, at least 16; recorded in it and fixed for its life)",
     )
     parser.add_argument(
+        "--max-records-per-batch", type=positive_int, default=None, metavar="N",
+        help="--engine spark: at most N input lines (or stream entries) per micro-batch "
+        "(default 100,000); smaller batches bound a batch's memory and latency",
+    )
+    parser.add_argument(
         "--outbox", metavar="PATH",
         help="the durable alert outbox (SQLite): matches whose rule has `notify` go there "
         "before they are written, and are sent to their webhooks (default: OUT/_outbox.sqlite "
@@ -222,6 +227,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     engine_name = _engine_choice(args, inputs)
+    spark_only = [flag for flag, value in (
+        ("--pack", getattr(args, "pack", None)), ("--buckets", getattr(args, "buckets", None)),
+        ("--max-records-per-batch", getattr(args, "max_records_per_batch", None)),
+    ) if value is not None]
+    if engine_name != "spark" and spark_only:
+        print(f"vigil run: {', '.join(spark_only)} apply to --engine spark only; the embedded "
+              "engine ignores them", file=sys.stderr)
     try:
         sink = _alert_sink(args, program, engine_name)
     except AlertError as err:
@@ -567,7 +579,9 @@ def _run_spark(
             stream=inputs[0].stream, spark=lambda: _spark_session(
                 args.master, log_path, getattr(args, "pack", None)),
             on_progress=_spark_progress, available_now=not follow, on_resume=_spark_resumed,
-            **({} if args.buckets is None else {"buckets": args.buckets}), **live,
+            **({} if args.buckets is None else {"buckets": args.buckets}),
+            **({} if getattr(args, "max_records_per_batch", None) is None
+               else {"max_records_per_batch": args.max_records_per_batch}), **live,
         )
         failed = False
     except (CheckpointError, OperatorConfigError, SourceError) as err:

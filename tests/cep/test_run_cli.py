@@ -199,6 +199,19 @@ def test_run_rejects_a_bucket_count_that_is_not_positive(fraud, capsys, value) -
     assert f"--buckets: must be a positive integer, got '{value}'" in capsys.readouterr().err
 
 
+def test_spark_only_options_are_named_when_the_embedded_engine_ignores_them(fraud, capsys):
+    tmp, rules, events = fraud
+    assert main(["run", str(rules), "--events", str(events), "--engine", "embedded",
+                 "--out", str(tmp / "m.jsonl"), "--buckets", "4",
+                 "--max-records-per-batch", "10"]) == 0
+    err = capsys.readouterr().err
+    assert ("vigil run: --buckets, --max-records-per-batch apply to --engine spark only; the "
+            "embedded engine ignores them") in err
+    assert main(["run", str(rules), "--events", str(events), "--max-records-per-batch", "0"]) == 2
+    assert "--max-records-per-batch: must be a positive integer, got '0'" in (
+        capsys.readouterr().err)
+
+
 def test_run_exit_code_2_on_missing_rule_file(tmp_path, capsys) -> None:
     assert main(["run", str(tmp_path / "none.vigil"), "--events", "-"]) == 2
     assert "no such file" in capsys.readouterr().err

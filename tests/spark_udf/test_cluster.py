@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
-from cluster_driver import program_files
 
 from cep.cli import main
 from spark_udf import read_outputs
@@ -27,7 +27,6 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "examples" / "events"
-DRIVER = Path(__file__).resolve().parent / "cluster_driver.py"
 
 
 @pytest.fixture(scope="session")
@@ -106,27 +105,54 @@ def _executor_pythons(work: Path, seen: list[tuple[str, str]], stop: threading.E
         stop.wait(0.2)
 
 
-def test_vigil_run_with_pack_on_the_cluster_gives_the_embedded_matches(
+def test_vigil_run_with_pack_survives_a_worker_killed_after_the_first_micro_batch(
     cluster_env, embedded, tmp_path
 ):
+    """The user's command on the cluster, in micro-batches of 1,200 lines (three over the
+    examples' events, those of the device-clock stream among them: between micro-batches their
+    devices' clocks, hours off, must not move Spark's watermark); one worker and its executor
+    are SIGKILLed, as a lost node, once the first micro-batch is reported."""
     cluster, pack = cluster_env
     out = tmp_path / "out"
     seen: list[tuple[str, str]] = []
     stop = threading.Event()
     watcher = threading.Thread(target=_executor_pythons, args=(cluster.work_dir, seen, stop))
     watcher.start()
+    err_lines: list[str] = []
+    killed_at: int | None = None
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "cep.cli", "run", str(ROOT / "examples"), "--events",
+         str(EVENTS), "--master", cluster.url, "--pack", str(pack), "--out", str(out),
+         "--no-alerts", "--max-records-per-batch", "1200"],
+        cwd=tmp_path, env=_driver_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "cep.cli", "run", str(ROOT / "examples"), "--events",
-             str(EVENTS), "--master", cluster.url, "--pack", str(pack), "--out", str(out),
-             "--no-alerts"],
-            cwd=tmp_path, env=_driver_env(), capture_output=True, text=True, timeout=900,
-        )
+        assert driver.stderr is not None
+        for line in driver.stderr:
+            err_lines.append(line)
+            if killed_at is None and line.lstrip().startswith("micro-batch 0:"):
+                cluster.kill_worker(1)  # the worker and its executor, as a lost node
+                killed_at = len(err_lines)
+        driver.wait(timeout=900)
     finally:
         stop.set()
         watcher.join()
-    assert done.returncode == 0, done.stderr[-3000:] + cluster.log_tails()
-    assert f"Spark ({cluster.url})" in done.stderr
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    err = "".join(err_lines)
+    assert driver.returncode == 0, err[-3000:] + cluster.log_tails()
+    assert f"Spark ({cluster.url})" in err
+    assert killed_at is not None, err
+    # Three micro-batches of events; the kill came before the second.
+    batches = [line for line in err_lines if line.lstrip().startswith("micro-batch ")]
+    assert sum(" event(s) in " in line for line in batches) == 3, err
+    after = "".join(err_lines[killed_at:])
+    assert [line for line in batches[1:] if " event(s) in " in line], err  # input was left
+    # A progress line names the lost executor.
+    lost = re.findall(r"executor\(s\) lost: ([^;]+);", after)
+    assert len(lost) == 1 and lost[0].startswith("127.0.0.1:"), err
     _assert_embedded_matches(read_outputs(str(out)), embedded)
     # The executors' Python is the shipped archive's, unpacked in their working directories.
     assert seen, "no executor Python process was seen"
@@ -135,58 +161,3 @@ def test_vigil_run_with_pack_on_the_cluster_gives_the_embedded_matches(
         assert (Path(cwd) / "environment" / "lib").is_dir()
     record = json.loads((out / "_checkpoint" / "vigil.json").read_text())["layout"]
     assert (record["shuffle_partitions"], record["buckets"]) == (4, 16)  # 2 cores
-
-
-# Last in the file: it leaves the cluster with one worker.
-def test_a_worker_killed_after_the_first_micro_batch_changes_nothing(cluster_env, tmp_path):
-    cluster, pack = cluster_env
-    # Several micro-batches over the examples' events, those of the device-clock stream
-    # (app_events) among them: between micro-batches their devices' clocks, hours off, must not
-    # move Spark's watermark (the other processors time their rows by the corrected time).
-    events = tmp_path / "events"
-    events.mkdir()
-    for part in sorted(EVENTS.glob("*.jsonl")):
-        (events / part.name).write_text(part.read_text())
-    embedded = _embedded([str(p) for p in program_files()], tmp_path / "embedded.jsonl",
-                         events)
-    out, go = tmp_path / "out", tmp_path / "go"
-    driver = subprocess.Popen(
-        [sys.executable, str(DRIVER), cluster.url, str(pack), str(events), str(out), "600",
-         str(go)],
-        cwd=tmp_path, env=_driver_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[dict] = []
-    killed_after: int | None = None
-    try:
-        assert driver.stdout is not None
-        for line in driver.stdout:
-            if not line.startswith("{"):
-                continue
-            lines.append(json.loads(line))
-            if "batch" in lines[-1] and killed_after is None:
-                cluster.kill_worker(1)  # the worker and its executor, as a lost node
-                killed_after = len(lines)
-                go.touch()
-        driver.wait(timeout=900)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
-    stderr = driver.stderr.read() if driver.stderr else ""
-    assert driver.returncode == 0, stderr[-3000:] + cluster.log_tails()
-    executors = lines[0]["executors"]
-    for executable, module in executors:
-        # sys.executable of the executors' Python, and Vigil imported from beside it.
-        assert executable.startswith(str(cluster.work_dir)), executable
-        assert executable.endswith("/environment/bin/python"), executable
-        environment = executable.removesuffix("/bin/python")
-        assert module.startswith(environment + "/lib/"), module
-        assert not module.startswith(sys.prefix)
-    after = [line for line in lines[killed_after:] if "batch" in line]
-    assert after, "the run ended before the worker was killed"
-    # The progress reports name the lost executor (and its tasks' failures, if it had some).
-    lost = [address for line in after for address in line["executorsLost"] or ()]
-    assert len(lost) == 1 and lost[0].startswith("127.0.0.1:"), after
-    assert lines[-1]["summary"]["batches"] >= 3
-    _assert_embedded_matches(read_outputs(str(out)), embedded)

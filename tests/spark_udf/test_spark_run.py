@@ -153,7 +153,7 @@ def _wait_for_parts(directory, count, proc, log, timeout=240):
 
 
 def test_interrupt_kill_and_resume_lose_and_duplicate_nothing(tmp_path):
-    rules, events = _write_inputs(tmp_path, 3_000)
+    rules, events = _write_inputs(tmp_path, 1_200)  # four micro-batches of 300 lines
     out = str(tmp_path / "out")
 
     # 1. Ctrl-C: the query stops cleanly and the run reports it.
