@@ -60,13 +60,19 @@ def test_a_rerun_over_a_grown_directory_continues_the_first_runs_state(tmp_path,
     assert sorted(_ids(tmp_path / "m.jsonl")) == sorted(once)
 
 
-def _wait_for(path: Path, count: int, timeout: float = 30.0) -> None:
+def _wait_until(done, what: str, timeout: float = 120.0) -> None:
+    """Poll ``done()``; the runs are processes of their own, slow to start on a loaded host."""
     give_up = time.monotonic() + timeout
     while time.monotonic() < give_up:
-        if path.exists() and len(set(_ids(path))) >= count:
+        if done():
             return
         time.sleep(0.05)
-    raise AssertionError(f"{path}: fewer than {count} matches after {timeout}s")
+    raise AssertionError(f"no {what} after {timeout}s")
+
+
+def _wait_for(path: Path, count: int) -> None:
+    _wait_until(lambda: path.exists() and len(set(_ids(path))) >= count,
+                f"{count} matches in {path}")
 
 
 def test_a_follow_run_killed_with_sigkill_resumes_without_losing_a_match(tmp_path):
@@ -92,7 +98,8 @@ def test_a_follow_run_killed_with_sigkill_resumes_without_losing_a_match(tmp_pat
     try:
         (events / "a.jsonl").write_text(_events(0, 60))
         _wait_for(out, first_count)
-        time.sleep(0.3)  # its checkpoint follows the write
+        # its checkpoint follows the write (saved after every batch)
+        _wait_until(lambda: (tmp_path / "ck" / "engine.checkpoint").exists(), "a checkpoint")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
