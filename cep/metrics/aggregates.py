@@ -4,6 +4,7 @@ batch, the per-window state they fold into, and its encoding."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,13 +16,15 @@ from cep.metrics.columns import (
     hash_column,
     hashable,
     numbers,
+    scalar_array,
+    scalar_hashable,
     segment_counts,
     segment_slices,
 )
 from cep.metrics.errors import MetricStateError
 from cep.metrics.state import StateReader, StateWriter
 from query_lang.compiler import normalise_value, value_kind
-from sketches import HyperLogLog, TDigest, from_bytes
+from sketches import HyperLogLog, TDigest, from_bytes, hash_value
 
 __all__ = [
     "AGGREGATES",
@@ -80,6 +83,12 @@ class Aggregate:
     def partials(self, column: ValueColumn | None, bounds: np.ndarray, n: int) -> list[Any]:
         raise NotImplementedError
 
+    def partial_one(self, value: Any) -> Any:
+        """The partial of one event whose argument is ``value`` (a
+        :func:`~cep.metrics.columns.scalar_value`; ignored without an argument): equal to
+        ``partials(scalar_column(value), [0], 1)[0]``, without building columns."""
+        raise NotImplementedError
+
     def absorb(self, state: Any, partial: Any) -> Any:
         return self.combine(state, partial)
 
@@ -105,6 +114,9 @@ class CountRows(Aggregate):
     def partials(self, column: ValueColumn | None, bounds: np.ndarray, n: int) -> list[Any]:
         return np.diff(np.append(bounds, n)).tolist()
 
+    def partial_one(self, value: Any) -> Any:
+        return 1
+
     def combine(self, a: Any, b: Any) -> Any:
         return a + b
 
@@ -112,6 +124,18 @@ class CountRows(Aggregate):
 class CountValues(CountRows):
     def partials(self, column: ValueColumn | None, bounds: np.ndarray, n: int) -> list[Any]:
         return segment_counts(column.valid, bounds).tolist()
+
+    def partial_one(self, value: Any) -> Any:
+        return 0 if value is None else 1
+
+
+def _number(value: Any) -> Any:
+    """What :func:`~cep.metrics.columns.numbers` takes from a one-row column: the number, or
+    ``None`` (null, NaN, or not a number)."""
+    t = type(value)
+    if t is int or (t is float and value == value):
+        return value
+    return None
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -141,6 +165,9 @@ class Sum(Aggregate):
             sums = np.add.reduceat(np.where(valid, values, 0.0), bounds).tolist()
         return [s if c else None for s, c in zip(sums, counts.tolist(), strict=True)]
 
+    def partial_one(self, value: Any) -> Any:
+        return _number(value)
+
     def combine(self, a: Any, b: Any) -> Any:
         return _add(a, b)
 
@@ -160,6 +187,10 @@ class Average(Aggregate):
         sums = self._sum.partials(column, bounds, n)
         return list(zip(sums, segment_counts(valid, bounds).tolist(), strict=True))
 
+    def partial_one(self, value: Any) -> Any:
+        number = _number(value)
+        return (number, 0 if number is None else 1)
+
     def combine(self, a: Any, b: Any) -> Any:
         return (_add(a[0], b[0]), a[1] + b[1])
 
@@ -174,6 +205,12 @@ class Average(Aggregate):
     def read(self, src: StateReader) -> Any:
         return (src.value(), src.value())
 
+
+_NO_VALUES = np.zeros(0, dtype=np.int64)
+_NO_NUMBERS = np.zeros(0, dtype=np.float64)
+_NO_HASHES = np.zeros(0, dtype=np.uint64)
+for _empty in (_NO_VALUES, _NO_NUMBERS, _NO_HASHES):
+    _empty.flags.writeable = False  # shared: the partial of every event without a value
 
 _MIXED = ("mixed", None)
 """An extreme over values of different kinds (a number and a string): its result is null."""
@@ -223,6 +260,19 @@ class Extreme(Aggregate):
                 state = self.combine(state, (value_kind(value), value))
             partials.append(state)
         return partials
+
+    def partial_one(self, value: Any) -> Any:
+        t = type(value)
+        if t is int or t is float:
+            return ("num", value) if value == value else None
+        if t is bool:
+            return ("bool", value)
+        if t is str:
+            return ("str", value)
+        if value is None:
+            return None
+        value = normalise_value(value)
+        return (value_kind(value), value)
 
     def combine(self, a: Any, b: Any) -> Any:
         if a is None or a is _MIXED:
@@ -276,6 +326,10 @@ class SketchAggregate(Aggregate):
             raise MetricStateError(f"{self.func}() state: {error}") from None
 
 
+_FEW_DISTINCT = 8
+"""Up to this many values, a window's ``approx_distinct`` sketch is built value by value."""
+
+
 class ApproxDistinct(SketchAggregate):
     """``approx_distinct``: a window holds its distinct values until there are more than
     :data:`SMALL_DISTINCT`, then a HyperLogLog. A HyperLogLog of ``p = 14`` is 16 KiB, and a
@@ -289,6 +343,9 @@ class ApproxDistinct(SketchAggregate):
     def partials(self, column: ValueColumn | None, bounds: np.ndarray, n: int) -> list[Any]:
         values, valid = column.values, hashable(column)
         return [values[lo:hi][valid[lo:hi]] for lo, hi in segment_slices(bounds, n)]
+
+    def partial_one(self, value: Any) -> Any:
+        return scalar_array(value) if scalar_hashable(value) else _NO_VALUES
 
     def absorb(self, state: Any, partial: Any) -> Any:
         if len(partial) == 0:
@@ -325,7 +382,15 @@ class ApproxDistinct(SketchAggregate):
         if state is None:
             return 0
         if not isinstance(state, HyperLogLog):
-            state = HyperLogLog(HLL_PRECISION).update(state)
+            sketch = HyperLogLog(HLL_PRECISION)
+            if len(state) <= _FEW_DISTINCT:
+                # Registers keep a maximum, so value by value is the same sketch; hashing one
+                # scalar skips the fixed cost of hashing an array.
+                for value in state.tolist():
+                    sketch.update(value)
+            else:
+                sketch.update(state)
+            state = sketch
         return int(round(state.estimate()))
 
     def write(self, out: StateWriter, state: Any) -> None:
@@ -386,6 +451,12 @@ class ApproxPercentile(Aggregate):
         valid = valid & np.isfinite(values)
         return [values[lo:hi][valid[lo:hi]] for lo, hi in segment_slices(bounds, n)]
 
+    def partial_one(self, value: Any) -> Any:
+        number = _number(value)
+        if number is None or not math.isfinite(number):
+            return _NO_NUMBERS
+        return np.array([number], dtype=np.float64)
+
     def absorb(self, state: Any, partial: Any) -> Any:
         if len(partial) == 0:
             return state
@@ -423,6 +494,11 @@ class Seen(Aggregate):
         hashes, valid = hash_column(column)
         return [np.unique(hashes[lo:hi][valid[lo:hi]]) for lo, hi in segment_slices(bounds, n)]
 
+    def partial_one(self, value: Any) -> Any:
+        if not scalar_hashable(value):
+            return _NO_HASHES
+        return np.array([hash_value(value)], dtype=np.uint64)
+
     def combine(self, a: Any, b: Any) -> Any:
         if a is None or b is None:
             return b if a is None else a
@@ -431,6 +507,12 @@ class Seen(Aggregate):
     def absorb(self, state: Any, partial: Any) -> Any:
         if len(partial) == 0:
             return state
+        if len(partial) == 1 and state is not None:
+            # One event's hash: a sorted insert, the same set np.union1d would build.
+            at = int(np.searchsorted(state, partial[0]))
+            if at < len(state) and state[at] == partial[0]:
+                return state
+            return np.insert(state, at, partial[0])
         return self.combine(state, partial)
 
     def write(self, out: StateWriter, state: Any) -> None:

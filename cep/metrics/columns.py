@@ -23,7 +23,10 @@ __all__ = [
     "hash_column",
     "hashable",
     "numbers",
+    "scalar_array",
     "scalar_column",
+    "scalar_hashable",
+    "scalar_value",
     "segment_counts",
     "segment_slices",
     "time_column",
@@ -53,21 +56,54 @@ def from_masked(result: Any) -> ValueColumn:
     return ValueColumn(np.asarray(result.values), np.asarray(result.valid, dtype=bool))
 
 
+def scalar_value(value: Any) -> Any:
+    """One evaluated value as a one-row column holds it (see :func:`scalar_column`): normalised,
+    ``None`` for null, a number as an ``int`` when int64 holds it and a ``float`` otherwise."""
+    value = normalise_value(value)
+    kind = value_kind(value)
+    if kind == "num" and not (type(value) is int and -(2**63) <= value < 2**63):
+        return float(value)
+    return value
+
+
 def scalar_column(value: Any) -> ValueColumn:
     """One evaluated value as a one-row column typed as a batch column would be."""
-    value = normalise_value(value)
+    value = scalar_value(value)
     kind = value_kind(value)
     if kind == "null":
         return ValueColumn(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=bool))
-    if kind == "num" and type(value) is int and -(2**63) <= value < 2**63:
-        return ValueColumn(np.array([value], dtype=np.int64), np.ones(1, dtype=bool))
     if kind == "num":
-        return ValueColumn(np.array([float(value)], dtype=np.float64), np.ones(1, dtype=bool))
+        dtype = np.int64 if type(value) is int else np.float64
+        return ValueColumn(np.array([value], dtype=dtype), np.ones(1, dtype=bool))
     if kind == "bool":
         return ValueColumn(np.array([value], dtype=bool), np.ones(1, dtype=bool))
     column = np.empty(1, dtype=object)
     column[0] = value
     return ValueColumn(column, np.ones(1, dtype=bool))
+
+
+def scalar_array(value: Any) -> np.ndarray:
+    """A :func:`scalar_value` as the one-element array of a column's values (its dtype)."""
+    t = type(value)
+    if t is int:
+        return np.array([value], dtype=np.int64)
+    if t is float:
+        return np.array([value], dtype=np.float64)
+    if t is bool:
+        return np.array([value], dtype=bool)
+    column = np.empty(1, dtype=object)
+    column[0] = value
+    return column
+
+
+def scalar_hashable(value: Any) -> bool:
+    """Whether :func:`hashable` holds for the one-row column of a :func:`scalar_value`."""
+    t = type(value)
+    if t is float:
+        return value == value  # not NaN
+    if t is int or t is bool or t is str:
+        return True
+    return value is not None and value_kind(normalise_value(value)) in ("num", "str", "bool")
 
 
 def numbers(column: ValueColumn) -> tuple[np.ndarray, np.ndarray]:

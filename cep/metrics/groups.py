@@ -4,6 +4,7 @@ about."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,11 @@ __all__ = [
     "WindowState",
 ]
 
+_WINDOW_HEAD = struct.Struct("<qqqBq")
+"""A window's start, end, last event time, whether it fired and its revision: as ``i64`` x3,
+``u8``, ``i64`` of :class:`StateWriter`, in one call."""
+
+
 class WindowState:
     """One window of one group: its extent, aggregate states and what was reported for it.
 
@@ -48,11 +54,7 @@ class WindowState:
         self.last: tuple | None = None
 
     def write(self, out: StateWriter, aggregates: Sequence[Aggregate]) -> None:
-        out.i64(self.start)
-        out.i64(self.end)
-        out.i64(self.last_ts)
-        out.u8(self.fired)
-        out.i64(self.revision)
+        out.raw(_WINDOW_HEAD.pack(self.start, self.end, self.last_ts, self.fired, self.revision))
         out.value(self.last)
         out.u8(self.states is not None)
         if self.states is not None:
@@ -61,8 +63,8 @@ class WindowState:
 
     @classmethod
     def read(cls, src: StateReader, aggregates: Sequence[Aggregate]) -> WindowState:
-        start, end, last_ts = src.i64(), src.i64(), src.i64()
-        fired, revision, last = bool(src.u8()), src.i64(), src.value()
+        start, end, last_ts, fired, revision = src.unpack(_WINDOW_HEAD)
+        fired, last = bool(fired), src.value()
         states = [a.read(src) for a in aggregates] if src.u8() else None
         window = cls(start, end, states, last_ts)
         window.fired, window.revision, window.last = fired, revision, last
@@ -135,6 +137,20 @@ class SeenHistory:
         h, t = h[order], t[order]
         first = np.r_[True, h[1:] != h[:-1]] if len(h) else np.zeros(0, dtype=bool)
         self.hashes, self.first_ts = h[first], t[first]
+
+    def add_one(self, hash_: int, ts: int) -> None:
+        """:meth:`add` of one value's hash at ``ts``, by a sorted insert."""
+        if ts < self.horizon:
+            self._retire(np.array([hash_], dtype=np.uint64))
+            return
+        at = int(np.searchsorted(self.hashes, np.uint64(hash_)))
+        if at < len(self.hashes) and int(self.hashes[at]) == hash_:
+            if ts < self.first_ts[at]:
+                self.first_ts = self.first_ts.copy()
+                self.first_ts[at] = ts
+            return
+        self.hashes = np.insert(self.hashes, at, np.uint64(hash_))
+        self.first_ts = np.insert(self.first_ts, at, ts)
 
     def fold(self, horizon: int) -> None:
         """Retire values first seen before ``horizon`` to the older set."""

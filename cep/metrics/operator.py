@@ -22,6 +22,8 @@ from cep.metrics.columns import (
     group_codes,
     hash_column,
     scalar_column,
+    scalar_hashable,
+    scalar_value,
     segment_slices,
     time_column,
 )
@@ -34,8 +36,16 @@ from cep.metrics.compiler import (
 from cep.metrics.errors import MetricInputError, MetricStateError
 from cep.metrics.groups import GroupState, RowBuffer, WindowState
 from cep.metrics.state import CODEC, StateReader, StateWriter
-from cep.metrics.windows import FIXED, SESSION, SLIDING_EVENT, assign_fixed, session_runs
+from cep.metrics.windows import (
+    FIXED,
+    SESSION,
+    SLIDING_EVENT,
+    assign_fixed,
+    fixed_starts,
+    session_runs,
+)
 from query_lang.compiler import normalise_value
+from sketches import hash_value
 
 __all__ = ["MetricOperator"]
 # Re-exported for callers outside cep.metrics that still import them from here (cep/__init__.py,
@@ -132,7 +142,7 @@ class MetricOperator:
         """
         if len(df):
             ts = time_column(df, self.compiled.name)
-            self._check_on_time(ts)
+            self._check_on_time(int(ts.min()))
             if "_seq" in df.columns:
                 order = np.lexsort((df["_seq"].to_numpy(), ts))
             else:
@@ -156,7 +166,7 @@ class MetricOperator:
         """Absorb one event (fields by name, event time in ms); with ``watermark_ms``, then move
         the watermark and return what closed. Same results as :meth:`process_batch`."""
         ts_ms = int(ts_ms)
-        self._check_on_time(np.array([ts_ms], dtype=np.int64))
+        self._check_on_time(ts_ms)
         self._ingest_event(event_fields, ts_ms)
         return self.advance_watermark(watermark_ms) if watermark_ms is not None else []
 
@@ -204,9 +214,8 @@ class MetricOperator:
 
     # ------------------------------------------------------------ ingestion
 
-    def _check_on_time(self, ts: np.ndarray) -> None:
-        if len(ts) and self.watermark != NO_WATERMARK and ts.min() < self.watermark:
-            oldest = int(ts.min())
+    def _check_on_time(self, oldest: int) -> None:
+        if self.watermark != NO_WATERMARK and oldest < self.watermark:
             raise MetricInputError(
                 f"metric '{self.compiled.name}': an event at {iso_ms(oldest)} is older than "
                 f"the watermark {iso_ms(self.watermark)}; hand late events to late()"
@@ -227,9 +236,42 @@ class MetricOperator:
         if compiled.where_event is not None and not compiled.where_event(event_fields):
             return None
         key = tuple(normalise_value(event_fields.get(f)) for f in compiled.by)
-        columns = [scalar_column(f(event_fields)) for f in compiled.args_event]
-        self._ingest(np.array([ts_ms], dtype=np.int64), [key], np.zeros(1, np.int64), columns)
+        if compiled.shape.mode == SLIDING_EVENT:
+            # Its windows are computed from the group's rows, which are columns anyway.
+            columns = [scalar_column(f(event_fields)) for f in compiled.args_event]
+            self._ingest(np.array([ts_ms], dtype=np.int64), [key], np.zeros(1, np.int64), columns)
+        else:
+            values = [scalar_value(f(event_fields)) for f in compiled.args_event]
+            self._ingest_one(ts_ms, key, values)
         return key
+
+    def _ingest_one(self, ts_ms: int, key: tuple, values: list[Any]) -> None:
+        """:meth:`_ingest` of one event, with plain values: the same windows, and each aggregate
+        absorbs the partial a one-row batch would give (``Aggregate.partial_one``), so the
+        states are those of the column-wise path."""
+        group = self._group(key)
+        aggregates = self.compiled.aggregates
+        for h, slot in enumerate(self._seen_slots):
+            value = values[aggregates[slot].arg]
+            if scalar_hashable(value):
+                group.history[h].add_one(hash_value(value), ts_ms)
+        partials = [
+            a.partial_one(None if a.arg is None else values[a.arg]) for a in aggregates
+        ]
+        shape = self.compiled.shape
+        if shape.mode == SESSION:
+            states = [a.absorb(a.empty(), p) for a, p in zip(aggregates, partials, strict=True)]
+            self._merge_session(key, group, ts_ms, ts_ms, states)
+            return
+        for start in fixed_starts(ts_ms, shape.size_ms, shape.every_ms):
+            window = group.windows.get(start)
+            if window is None:
+                end = start + shape.size_ms
+                window = group.windows[start] = WindowState(start, end, self._fresh_states())
+                self._schedule(self._fire_queue, end, key, start)
+            states = window.states
+            for j, aggregate in enumerate(aggregates):
+                states[j] = aggregate.absorb(states[j], partials[j])
 
     def _group(self, key: tuple) -> GroupState:
         group = self._groups.get(key)

@@ -29,6 +29,7 @@ CODEC = StateCodec(MAGIC, STATE_VERSION, fields="32s", checksum="sha256-8",
 _I64 = struct.Struct("<q")
 _U32 = struct.Struct("<I")
 _F64 = struct.Struct("<d")
+_BYTE = [bytes([i]) for i in range(256)]
 _DTYPES = {0: np.int64, 1: np.float64, 2: np.bool_, 3: np.uint64}
 _DTYPE_CODES = {np.dtype(t): code for code, t in _DTYPES.items()}
 
@@ -43,7 +44,7 @@ class StateWriter:
         self._parts.append(data)
 
     def u8(self, value: int) -> None:
-        self._parts.append(bytes([int(value)]))
+        self._parts.append(_BYTE[int(value)])
 
     def u32(self, value: int) -> None:
         self._parts.append(_U32.pack(value))
@@ -119,21 +120,30 @@ class StateReader:
         """The name of the metric whose state this is, for error messages."""
         return self._metric
 
-    def raw(self, n: int) -> bytes:
-        if self._at + n > len(self._data):
+    def _take(self, n: int) -> int:
+        """Move past ``n`` bytes; where they start."""
+        at = self._at
+        if at + n > len(self._data):
             raise MetricStateError(f"metric '{self._metric}': state bytes end too early")
-        chunk = bytes(self._data[self._at : self._at + n])
-        self._at += n
-        return chunk
+        self._at = at + n
+        return at
+
+    def raw(self, n: int) -> bytes:
+        at = self._take(n)
+        return bytes(self._data[at : at + n])
 
     def u8(self) -> int:
-        return self.raw(1)[0]
+        return self._data[self._take(1)]
+
+    def unpack(self, layout: struct.Struct) -> tuple:
+        """Fields written one by one (``u8``, ``u32``, ``i64``) that ``layout`` reads at once."""
+        return layout.unpack_from(self._data, self._take(layout.size))
 
     def u32(self) -> int:
-        return _U32.unpack(self.raw(4))[0]
+        return _U32.unpack_from(self._data, self._take(4))[0]
 
     def i64(self) -> int:
-        return _I64.unpack(self.raw(8))[0]
+        return _I64.unpack_from(self._data, self._take(8))[0]
 
     def blob(self) -> bytes:
         return self.raw(self.u32())
@@ -171,7 +181,7 @@ class StateReader:
         if tag == 4:
             return int.from_bytes(self.blob(), "little", signed=True)
         if tag == 5:
-            return _F64.unpack(self.raw(8))[0]
+            return _F64.unpack_from(self._data, self._take(8))[0]
         if tag == 6:
             return self.blob().decode("utf-8", "surrogatepass")
         if tag in (7, 8):

@@ -22,6 +22,7 @@ __all__ = [
     "SLIDING_EVENT",
     "WindowShape",
     "assign_fixed",
+    "fixed_starts",
     "session_runs",
 ]
 
@@ -150,6 +151,23 @@ def assign_fixed(ts: np.ndarray, size_ms: int, every_ms: int) -> tuple[np.ndarra
     starts = np.repeat(last_start, k) - back
     inside = starts + size_ms > ts[rows]
     return rows[inside], starts[inside]
+
+
+def fixed_starts(ts: int, size_ms: int, every_ms: int) -> list[int]:
+    """The starts of the windows :func:`assign_fixed` puts one event at ``ts`` into, earliest
+    first, computed with Python ints.
+
+    Examples
+    --------
+    >>> fixed_starts(7, 10, 5), fixed_starts(-3, 10, 10)
+    ([0, 5], [-10])
+    """
+    last_start = ts // every_ms * every_ms
+    if size_ms == every_ms:
+        return [last_start]
+    k = -(-size_ms // every_ms)
+    starts = (last_start - back * every_ms for back in range(k - 1, -1, -1))
+    return [start for start in starts if start + size_ms > ts]
 
 
 def session_runs(ts_sorted: np.ndarray, gap_ms: int) -> np.ndarray:
