@@ -104,6 +104,10 @@ def is_scalar(values: Any) -> bool:
     return isinstance(values, _SCALAR_TYPES)
 
 
+# Up to this many values in a list, tuple or 1-D array, hash_values hashes them one by one.
+SMALL_INPUT = 64
+
+
 def hash_value(value: Any) -> int:
     """Hash one value to an unsigned 64-bit integer with the canonical encoding.
 
@@ -206,6 +210,12 @@ def hash_values(values: Any) -> np.ndarray:
     if is_scalar(values):
         item = values.item() if isinstance(values, np.ndarray) else values
         return np.array([hash_value(item)], dtype=np.uint64)
+    if (
+        isinstance(values, (list, tuple))
+        or (isinstance(values, np.ndarray) and values.ndim == 1)
+    ) and len(values) <= SMALL_INPUT:
+        # A few values: hash_value each (~1 µs) beats the array paths' fixed cost (50-600 µs).
+        return np.fromiter(map(hash_value, values), dtype=np.uint64, count=len(values))
     strings = _arrow_strings(values)
     if strings is not None:
         return _hash_arrow(strings, SEED_STR)

@@ -13,10 +13,50 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sketches import UnsupportedValueError, hash_value, hash_values
+from sketches import UnsupportedValueError, hash_value, hash_values, hashing
 from sketches._xxh3 import xxh3_64_words
 from sketches.errors import SketchError
 from sketches.hashing import SEED_BYTES, SEED_FLOAT, SEED_INT, SEED_NONE, SEED_STR, is_scalar
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _array_paths_for_every_size():
+    """These tests hold the array kernels to ``hash_value``; inputs of up to
+    ``SMALL_INPUT`` values would otherwise be hashed value by value and never reach them."""
+    saved = hashing.SMALL_INPUT
+    hashing.SMALL_INPUT = -1
+    yield
+    hashing.SMALL_INPUT = saved
+
+
+@given(
+    st.lists(
+        st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(),
+                  st.text(max_size=80), st.binary(max_size=20)),
+        max_size=64,
+    ),
+    st.sampled_from(["list", "tuple", "object array", "typed array"]),
+)
+def test_a_few_values_hashed_one_by_one_equal_the_array_paths(values, shape):
+    if shape == "typed array":
+        values = np.array(values)
+        if values.dtype.kind not in "biufUS":
+            return
+    elif shape == "object array":
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        values = array
+    elif shape == "tuple":
+        values = tuple(values)
+    whole = hash_values(values)  # the array paths (SMALL_INPUT is off in this module)
+    hashing.SMALL_INPUT = 64
+    try:
+        one_by_one = hash_values(values)
+    finally:
+        hashing.SMALL_INPUT = -1
+    assert one_by_one.dtype == np.uint64
+    assert one_by_one.tolist() == whole.tolist()
+
 
 # Pinned: a change here changes every serialised sketch and must bump the hash function id.
 PINNED = [
