@@ -5,12 +5,15 @@ plus a ``flags`` stream for joins): card-testing thresholds (``probe{k,} big``),
 rare event kinds (``a b c``), trailing absences (``placed !paid``), joins of two streams, and
 strict ``prev`` conditions, each with its own thresholds and window, tuned so that matches stay
 rare. For each N it reports events/s (CPU time, ``Engine.feed_batch``), matches per 1,000
-events, the time and memory to register the set, and the memory per live partial match; and
+events, the rules looked at per event (``Engine.rules_touched``: what the rule index,
+``--index``, saves), the time and memory to register the set, and the memory per live partial
+match; and
 the *sharing factor*: the CPU time of the rules run one at a time (a sample of them, scaled to
 N) over the time of running them together — above 1 when registering a rule alongside others
 costs less than running it alone::
 
     .venv/bin/python bench/bench_rules.py --events 200000 --rules 10,100,1000
+    .venv/bin/python bench/bench_rules.py --events 200000 --rules 10,100 --index none
     .venv/bin/python bench/bench_rules.py --events 1000000 --rules 10,100,1000,10000 \\
         --markdown bench/results/rules.md
 
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_cep import generate  # noqa: E402
 
 from cep.engine.engine import Engine  # noqa: E402
+from cep.engine.rule_index import RULE_INDEXES  # noqa: E402
 
 STREAMS = """
 stream ev (id int, key string, kind string, amount float, merchant string, price float,
@@ -115,6 +119,7 @@ class Row:
     events: int
     cpu_s: float
     matches: int
+    touched: int
     register_s: float
     register_bytes: int
     partials: int
@@ -134,11 +139,11 @@ def _partials(engine: Engine) -> int:
     )
 
 
-def run(text: str, frame: pd.DataFrame, batch: int) -> Row:
+def run(text: str, frame: pd.DataFrame, batch: int, index: str = "starts") -> Row:
     """Time the rules over ``frame`` (no tracing), then measure their memory on a prefix."""
     gc.collect()
     started = time.perf_counter()
-    engine = Engine()
+    engine = Engine(rule_index=index)
     engine.register(text)
     register_s = time.perf_counter() - started
     matches = 0
@@ -150,22 +155,22 @@ def run(text: str, frame: pd.DataFrame, batch: int) -> Row:
     cpu_s = time.process_time() - cpu
     engine.close()
     matches += len(engine.drain())
-    registered, partials, held = _memory(text, frame.iloc[:MEMORY_PREFIX], batch)
-    return Row(len(engine.rules), len(frame), cpu_s, matches, register_s, registered, partials,
-               held)
+    registered, partials, held = _memory(text, frame.iloc[:MEMORY_PREFIX], batch, index)
+    return Row(len(engine.rules), len(frame), cpu_s, matches, engine.rules_touched, register_s,
+               registered, partials, held)
 
 
 MEMORY_PREFIX = 50_000
 """Events fed under tracemalloc (which slows Python several times) to measure memory."""
 
 
-def _memory(text: str, frame: pd.DataFrame, batch: int) -> tuple[int, int, int]:
+def _memory(text: str, frame: pd.DataFrame, batch: int, index: str) -> tuple[int, int, int]:
     """Bytes held by the registered rules, live partial matches after ``frame``, and the bytes
     the engine's state grew by."""
     gc.collect()
     tracemalloc.start()
     try:
-        engine = Engine()
+        engine = Engine(rule_index=index)
         engine.register(text)
         registered = tracemalloc.get_traced_memory()[0]
         for lo in range(0, len(frame), batch):
@@ -186,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--alone", type=int, default=10,
                         help="rules of the mix run one at a time for the sharing factor")
+    parser.add_argument("--index", default="starts", choices=sorted(RULE_INDEXES),
+                        help="the engine's rule index (none: every rule offered every event)")
     parser.add_argument("--markdown", help="write the table to this file")
     args = parser.parse_args(argv)
     frame = mixed(generate(args.events, args.keys))
@@ -193,22 +200,23 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
     rng = random.Random(23)
     texts = [rule_text(i, rng) for i in range(max(int(n) for n in args.rules.split(",")))]
-    alone_rows = [run(STREAMS + texts[i], frame, args.batch)
+    alone_rows = [run(STREAMS + texts[i], frame, args.batch, args.index)
                   for i in range(min(args.alone, len(texts)))]
     alone_cpu = sum(r.cpu_s for r in alone_rows) / len(alone_rows)
     print(f"one rule alone: {len(frame) / alone_cpu:,.0f} events/s (mean of {len(alone_rows)})",
           file=sys.stderr)
     lines = [
-        "| rules | events/s (CPU) | matches / 1,000 events | register (s) | bytes / rule | "
-        "live partials | bytes / partial | sharing factor |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| rules | events/s (CPU) | matches / 1,000 events | rules looked at / event | "
+        "register (s) | bytes / rule | live partials | bytes / partial | sharing factor |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in (int(x) for x in args.rules.split(",")):
-        row = run(STREAMS + "\n".join(texts[:n]), frame, args.batch)
+        row = run(STREAMS + "\n".join(texts[:n]), frame, args.batch, args.index)
         sharing = alone_cpu * n / row.cpu_s
         per_partial = row.partial_bytes / row.partials if row.partials else float("nan")
         line = (f"| {n:,} | {row.rate:,.0f} | {1000 * row.matches / len(frame):.2f} | "
-                f"{row.register_s:.2f} | {row.register_bytes / n:,.0f} | {row.partials:,} | "
+                f"{row.touched / len(frame):.2f} | {row.register_s:.2f} | "
+                f"{row.register_bytes / n:,.0f} | {row.partials:,} | "
                 f"{per_partial:,.0f} | {sharing:.1f} |")
         print(line, file=sys.stderr, flush=True)
         lines.append(line)

@@ -20,7 +20,7 @@ import pandas as pd
 from cep.engine import checkpoint
 from cep.engine.checkpoint import form_identity, form_version
 from cep.engine.column_route import ColumnRoute, run_block
-from cep.engine.dispatch import KeyedRules, KeyTimers, dispatch, fire_due
+from cep.engine.dispatch import KeyedRules, KeyTimers, fire_due
 from cep.engine.intake import (
     RowOrigin,
     collector_paused,
@@ -36,6 +36,7 @@ from cep.engine.program import (
     load_list,
 )
 from cep.engine.queries import StandingQueries
+from cep.engine.rule_index import RULE_INDEXES, RuleIndex
 from cep.events.event import (
     STREAM_FIELD,
     BadEventError,
@@ -123,6 +124,10 @@ class Engine:
         The wall clock that bounds event times (a stream's ``ahead``), fixed: for tests and
         replays. ``None`` (the default) reads it as events arrive
         (:func:`cep.events.time_bounds.wall_clock_ms`: ``$VIGIL_NOW_MS`` when set).
+    rule_index:
+        How events find the rules they may start or advance (:mod:`cep.engine.rule_index`):
+        ``"starts"`` (the default) runs per key only those; ``"none"`` offers each event to
+        every rule reading its stream. Results are the same; :attr:`rules_touched` differs.
 
     Examples
     --------
@@ -147,7 +152,16 @@ class Engine:
         runtime: RuleRuntime | None = None,
         fast_strict: bool = True,
         now_ms: int | None = None,
+        rule_index: str = "starts",
     ) -> None:
+        if rule_index not in RULE_INDEXES:
+            raise EngineError(
+                f"unknown rule index '{rule_index}' (one of: {', '.join(RULE_INDEXES)})"
+            )
+        self._index: RuleIndex = RULE_INDEXES[rule_index]()
+        # (rule, event) pairs run by processors since replaced (see rules_touched)
+        self._touched_before = 0
+        self._signatures: dict[int, tuple[Any, tuple]] = {}
         self.max_partials = max_partials
         self.now_ms = now_ms
         self.fast_strict = fast_strict
@@ -266,12 +280,16 @@ class Engine:
         self._standing.add(standing, streams)
         for name in versions:
             self._retired_forms.pop(name, None)
+        signatures: dict[tuple, None] = {}
         for decl, rule in zip(rules_here, compiled, strict=True):
             self._rules[decl.name] = rule
             self._rule_decls[decl.name] = decl
             self._slot_of[decl.name] = self._next_slot
             self._next_slot += 1
-            self._regroup(key_signature(rule))
+            signatures[key_signature(rule)] = None
+        # Each group's processor is rebuilt once, however many of its rules came.
+        for signature in signatures:
+            self._regroup(signature)
         self._plan_columns()
         return [decl.name for decl in [*rules_here, *standing_here]]
 
@@ -322,6 +340,7 @@ class Engine:
         rule = self.rule(name)
         self._retire(self._rule_decls.get(name), rule.version)
         del self._rules[name]
+        self._signatures.pop(id(rule), None)
         del self._rule_decls[name]
         del self._slot_of[name]
         self._declarations.pop((ast.RuleDecl, name), None)
@@ -346,8 +365,11 @@ class Engine:
         )
 
     def _regroup(self, signature: tuple) -> None:
-        rules = [r for r in self._rules.values() if key_signature(r) == signature]
+        signature_of = self._signature_of
+        rules = [r for r in self._rules.values() if signature_of(r) == signature]
         old = self._groups.get(signature)
+        if old is not None:
+            self._touched_before += old.processor.touched
         if not rules:
             self._groups.pop(signature, None)
             return
@@ -363,6 +385,13 @@ class Engine:
         self._groups[signature] = KeyedRules.of(
             processor, slots, old.states if old is not None else {}
         )
+
+    def _signature_of(self, rule: Any) -> tuple:
+        """:func:`key_signature` of a registered rule, remembered per compiled rule."""
+        known = self._signatures.get(id(rule))
+        if known is None or known[0] is not rule:
+            known = self._signatures[id(rule)] = (rule, key_signature(rule))
+        return known[1]
 
     # ------------------------------------------------------------------ input
 
@@ -587,20 +616,17 @@ class Engine:
                     entries_ts.append(ts[rows])
                     entries_seq.append(seqs[ok_rows[rows]])
                 continue
-            masks, relevant = rule_masks(
+            payloads, rel = self._index.payloads(
                 name, normalised, self._groups.values(), self._rules, self._slot_of,
                 self._next_slot,
             )
-            if masks is None:
-                continue
-            rel = np.flatnonzero(relevant)
             if len(rel) == 0:
                 continue
             chosen = normalised if len(rel) == len(normalised) else normalised.iloc[rel]
             events = self._schemas[name].events_from_frame(
                 chosen, seqs[ok_rows[rel]], positions[ok_rows[rel]]
             )
-            entries.extend(zip(events, mask_tuples(masks[rel]), strict=True))
+            entries.extend(zip(events, payloads, strict=True))
             entries_ts.append(ts[rel])
             entries_seq.append(seqs[ok_rows[rel]])
         if entries:
@@ -717,6 +743,17 @@ class Engine:
         return out
 
     @property
+    def rules_touched(self) -> int:
+        """(rule, event) pairs the rules were run on so far: per event, the rules its key ran
+        it through (row by row or in a scan); what the rule index saves shows here."""
+        return self._touched_before + sum(g.processor.touched for g in self._groups.values())
+
+    @property
+    def rule_index(self) -> str:
+        """The name of the rule index in use (the ``rule_index`` option)."""
+        return self._index.name
+
+    @property
     def watermark(self) -> int:
         """The engine watermark (epoch ms)."""
         return self._watermark.current
@@ -817,7 +854,8 @@ class Engine:
             for key, state in run_block(block, group, outputs):
                 self._timers.update(signature, group, key, state)
         if released:
-            dispatch(self._groups, released, self._timers, outputs, self._missing_key)
+            self._index.dispatch(self._groups, released, self._timers, outputs,
+                                 self._missing_key)
         fire_due(self._groups, self._timers, watermark, outputs)
         outputs.extend(self._standing.advance(watermark))
         self._collect(outputs)

@@ -102,6 +102,7 @@ class Condition:
     reads_variables: bool = False
     prev_depth: int = 0
     batch: BatchCondition | None = None
+    columnar_text: str | None = None
 
     @property
     def reads_prev(self) -> bool:
@@ -272,11 +273,12 @@ def _define_condition(
     compiler = expressions
     try:
         predicate = compiler.compile_predicate(d.condition, scope)
-        columnar = None
+        columnar, necessary = None, None
         if not reads_vars and depth == 0 and compiler.is_columnar(d.condition, scope):
             columnar = compiler.compile_columnar_predicate(d.condition, scope)
+            necessary = d.condition
         else:
-            columnar = _prefilter(compiler, d.condition, scope)
+            columnar, necessary = _prefilter(compiler, d.condition, scope)
         batch = None if reads_vars else _batch_condition(compiler, d.condition, scope, columnar)
     except compiler.CompileError as exc:
         raise RuleCompileError(
@@ -290,6 +292,7 @@ def _define_condition(
         reads_variables=reads_vars,
         prev_depth=depth,
         batch=batch,
+        columnar_text=None if necessary is None else ast.print_expr(necessary),
     )
 
 
@@ -326,17 +329,18 @@ def _batch_condition(
     return BatchCondition(evaluate, reads)
 
 
-def _prefilter(compiler: Any, expr: ast.Expr, scope: Any) -> Any:
-    """A columnar necessary condition: the current-event-only conjuncts of a top-level ``and``."""
+def _prefilter(compiler: Any, expr: ast.Expr, scope: Any) -> tuple[Any, ast.Expr | None]:
+    """A columnar necessary condition: the current-event-only conjuncts of a top-level ``and``
+    (compiled, and as an expression)."""
     conjuncts = expr.operands if isinstance(expr, ast.BoolOp) and expr.op == "and" else (expr,)
     parts = [
         c for c in conjuncts
         if expression_reads(c, scope.variables) == (False, 0) and compiler.is_columnar(c, scope)
     ]
     if not parts:
-        return None
+        return None, None
     necessary = parts[0] if len(parts) == 1 else ast.BoolOp("and", tuple(parts))
-    return compiler.compile_columnar_predicate(necessary, scope)
+    return compiler.compile_columnar_predicate(necessary, scope), necessary
 
 
 def _emit_name(item: ast.EmitItem) -> str:

@@ -107,6 +107,10 @@ class KeyState:
         Per pending event (by ``seq``), the rules that must not see it: rules that started
         fresh (added, or reset to a new version) after it was buffered, as a rule registered
         in the embedded engine does not see the events its reorder buffer holds.
+    busy:
+        Names of the rules whose state holds more than a ``prev`` history (partial matches,
+        runs, deadlines), or ``None`` when not known; kept by :meth:`RuleProcessor.run_indexed`
+        so that a key's timers need not look at its idle rules. Not part of the stored state.
     """
 
     rules: dict[str, Any] = field(default_factory=dict)
@@ -114,10 +118,21 @@ class KeyState:
     watermark: int = NO_WATERMARK
     max_ts: dict[str, int] = field(default_factory=dict)
     unseen: dict[int, frozenset[str]] = field(default_factory=dict)
+    busy: dict[str, None] | None = field(default=None, compare=False, repr=False)
+
+    def busy_rules(self) -> dict[str, None]:
+        """:attr:`busy` (an ordered set), computed when not known."""
+        if self.busy is None:
+            self.busy = {name: None for name, st in self.rules.items() if not _idle(st)}
+        return self.busy
 
     def next_timer_ms(self) -> int | None:
         """The earliest event time at which the key must be woken, or ``None``."""
-        times = [t for st in self.rules.values() if (t := st.next_timer_ms) is not None]
+        rules = self.rules
+        times = [
+            t for name in self.busy_rules()
+            if (st := rules.get(name)) is not None and (t := st.next_timer_ms) is not None
+        ]
         if self.pending:
             times.append(min(e.ts for e in self.pending))
         return min(times) if times else None
@@ -221,11 +236,30 @@ class RuleProcessor(KeyedProcessorBase):
         self.dropped_partials: Counter[str] = (
             dropped_partials if dropped_partials is not None else Counter()
         )
+        self.touched = 0
+        """(rule, event) pairs looked at so far: per event, the rules offered it one by one,
+        and the events a scan ran (what a rule index saves shows here)."""
 
     @property
     def multi_key(self) -> bool:
         """Whether an event may belong to several keys (steps with their own ``by``)."""
         return self._keys_of is not None
+
+    @property
+    def must_see(self) -> tuple[bool, ...]:
+        """Per rule, whether it must be shown events whose columnar mask is 0
+        (:func:`must_see_every_event`)."""
+        return self._must_see
+
+    def start_bits_of(self, index: int) -> int:
+        """Mask bits of the variables a match of rule ``index`` can begin with
+        (:func:`start_bits`)."""
+        return self._start_bits[index]
+
+    @property
+    def scanned(self) -> frozenset[int]:
+        """Indexes (in :attr:`rules`) of the rules :meth:`run_batch` runs as a column-wise scan."""
+        return self._fast
 
     @property
     def streams(self) -> frozenset[str]:
@@ -316,6 +350,8 @@ class RuleProcessor(KeyedProcessorBase):
         per key, in the order that matters (per rule, keys in the order given).
         """
         fast = self._fast
+        for _, state, _ in jobs:
+            state.busy = None
         if len(fast) < len(self.rules):
             for key, state, items in jobs:
                 self._run_rules(key, state, items, outputs, fast)
@@ -345,11 +381,163 @@ class RuleProcessor(KeyedProcessorBase):
             for (key, state, st, events), key_bits in zip(work, bits, strict=True):
                 if st is None:
                     st = state.rules[rule.name] = new_state(rule, key)
+                self.touched += len(events)
                 found = strict.process_events(rule, st, events, key_bits)
                 if found:
                     _extend(outputs, found)
                 if st.is_empty:
                     self._retire(state.rules, rule.name)
+
+    def run_indexed(
+        self,
+        jobs: Sequence[tuple[tuple, KeyState, Sequence[tuple[Event, Sequence[Any], int]]]],
+        outputs: list[dict[str, Any]],
+        slots: Sequence[int],
+    ) -> None:
+        """:meth:`run_batch` where each event names the rules it may touch.
+
+        ``jobs`` holds per key ``(key, state, items)``; each item is ``(event, touches,
+        width)``: ``touches`` the ``(rule index, mask)`` pairs of the rules whose columnar
+        mask for the event is not 0, and of every rule that must see every event and is not
+        run as a scan, in index order; ``width`` the number of engine slots when the event
+        arrived (a rule in slot ``slots[i] >= width`` was registered later and skips it).
+        Rules not named are not run on the event: a mask of 0 fits no variable. A scanned
+        rule (strict contiguity) sees every event of its streams, but runs only from the first
+        event that may start it, or from the first one when a run is live; before that the
+        key's events only move its ``prev`` history. The outputs equal :meth:`run_batch`'s,
+        and so do the states left (:attr:`KeyState.busy` is kept up to date besides).
+        """
+        fast = self._fast
+        rules = self.rules
+        must_see = self._must_see
+        start = self._start_bits
+        process_event = self.runtime.process_event
+        new_state = self.runtime.new_state
+        touched = 0
+        scans = []
+        for key, state, items in jobs:
+            rule_states = state.rules
+            busy = state.busy
+            ran: dict[str, Any] = {}
+            firsts: dict[int, int] = {}
+            for position, (event, touches, _width) in enumerate(items):
+                for index, mask in touches:
+                    if index in fast:
+                        if index not in firsts and (mask is None or mask & start[index]):
+                            firsts[index] = position
+                        continue
+                    rule = rules[index]
+                    touched += 1
+                    if mask is not None and not must_see[index]:
+                        if mask == 0:
+                            continue
+                        # Nothing pending for this key and the event cannot begin a match.
+                        if not mask & start[index] and rule.name not in rule_states:
+                            continue
+                    st = rule_states.get(rule.name)
+                    if st is None:
+                        st = rule_states[rule.name] = new_state(rule, key)
+                    found = process_event(rule, st, event, mask)
+                    ran[rule.name] = st
+                    if found:
+                        _extend(outputs, found)
+                    if busy is not None:
+                        if _idle(st):
+                            busy.pop(rule.name, None)
+                        else:
+                            busy[rule.name] = None
+            for name in [n for n, st in ran.items() if st.is_empty]:
+                self._retire(rule_states, name)
+                if busy is not None:
+                    busy.pop(name, None)
+            if fast:
+                scans.append((key, state, items, firsts))
+        self.touched += touched
+        if scans:
+            self._scan_indexed(scans, outputs, slots)
+
+    def _scan_indexed(
+        self,
+        scans: Sequence[tuple[tuple, KeyState, Sequence[tuple[Event, Any, int]], dict[int, int]]],
+        outputs: list[dict[str, Any]],
+        slots: Sequence[int],
+    ) -> None:
+        """The scanned rules' part of :meth:`run_indexed`: ``(key, state, items, firsts)`` per
+        key, ``firsts`` the position in ``items`` of the first event that may start each rule."""
+        new_state = self.runtime.new_state
+        # Per key, its events' one stream (None: several).
+        streams_of = [
+            present.pop() if len(present := {e.stream for e, _, _ in items}) == 1 else None
+            for _, _, items, _ in scans
+        ]
+        narrowest = [min(w for _, _, w in items) for _, _, items, _ in scans]
+        plain = [[e for e, _, _ in items] for _, _, items, _ in scans]
+        # Per key and depth, the history every idle rule reading all the key's events ends
+        # with: one list, shared (the scan replaces a history, never changes it in place).
+        tails: list[dict[int, list]] = [{} for _ in scans]
+        for index in sorted(self._fast):
+            rule = self.rules[index]
+            name, streams, depth, slot = rule.name, rule.streams, rule.prev_depth, slots[index]
+            own = frozenset(streams)
+            work = []
+            for (key, state, items, firsts), present, width, everything, tail in zip(
+                scans, streams_of, narrowest, plain, tails, strict=True
+            ):
+                st = state.rules.get(name)
+                first = firsts.get(index)
+                live = st is not None and (st._runs or st.lazy_runs)
+                if first is None and not live and st is None and not depth:
+                    continue  # nothing to start or advance, and no state to keep
+                if width > slot and present in own:
+                    events = everything
+                else:
+                    # Other streams' events, or events that arrived before the rule did.
+                    kept = [
+                        (position, e) for position, (e, _, w) in enumerate(items)
+                        if w > slot and e.stream in streams
+                    ]
+                    events = [e for _, e in kept]
+                    if first is not None:
+                        first = next((i for i, (p, _) in enumerate(kept) if p >= first), None)
+                if not events:
+                    continue
+                if st is None:
+                    st = state.rules[name] = new_state(rule, key)
+                lo = 0 if live or first is None else first
+                if first is None and not live:
+                    # No run to advance and none to start: the events only move the counters
+                    # and the history.
+                    shared = None
+                    if depth and events is everything and len(events) >= depth:
+                        shared = tail.get(depth)
+                        if shared is None:
+                            shared = tail[depth] = [e.fields for e in events[-depth:]]
+                    strict.pass_over(rule, st, events, shared)
+                    if not depth and st.is_empty:
+                        self._retire(state.rules, name)
+                    continue
+                if lo:
+                    strict.pass_over(rule, st, events[:lo])
+                    events = events[lo:]
+                work.append((key, state, st, events))
+            if not work:
+                continue
+            bits = strict.condition_bits(rule, [(st.history, ev) for _, _, st, ev in work])
+            for (_key, state, st, events), key_bits in zip(work, bits, strict=True):
+                self.touched += len(events)
+                found = strict.process_events(rule, st, events, key_bits)
+                if found:
+                    _extend(outputs, found)
+                busy = state.busy
+                if st.is_empty:
+                    self._retire(state.rules, name)
+                    if busy is not None:
+                        busy.pop(name, None)
+                elif busy is not None:
+                    if _idle(st):
+                        busy.pop(name, None)
+                    else:
+                        busy[name] = None
 
     def scan_streams(self) -> frozenset[str]:
         """Streams whose rows may be run column-wise by :meth:`run_columns`: every rule of
@@ -396,6 +584,8 @@ class RuleProcessor(KeyedProcessorBase):
 
         rule = self.rules[index]
         name = rule.name
+        for _, state, _, _ in segments:
+            state.busy = None
         states = [state.rules.get(name) for _, state, _, _ in segments]
         bits = strict.block_bits(
             rule,
@@ -411,6 +601,7 @@ class RuleProcessor(KeyedProcessorBase):
         for (key, state, lo, hi), st in zip(segments, states, strict=True):
             if st is None:
                 st = state.rules[name] = new_state(rule, key)
+            self.touched += hi - lo
             found = strict.process_events(rule, st, block.view(lo, hi), bits[lo:hi], times[lo:hi])
             if found:
                 _extend(outputs, found)
@@ -427,14 +618,17 @@ class RuleProcessor(KeyedProcessorBase):
     ) -> None:
         process_event = self.runtime.process_event
         new_state = self.runtime.new_state
+        state.busy = None
         rule_states = state.rules
         by_stream = self._by_stream
         must_see = self._must_see
         start = self._start_bits
+        touched = 0
         for event, masks in items:
             for index, rule in by_stream.get(event.stream, ()):
                 if index in skip:
                     continue
+                touched += 1
                 mask = None if masks is None else masks[index]
                 if mask is not None:
                     if mask is NOT_REGISTERED:
@@ -452,6 +646,7 @@ class RuleProcessor(KeyedProcessorBase):
                 found = process_event(rule, st, event, mask)
                 if found:
                     _extend(outputs, found)
+        self.touched += touched
         for name in [n for n, st in rule_states.items() if st.is_empty]:
             self._retire(rule_states, name)
 
@@ -462,7 +657,18 @@ class RuleProcessor(KeyedProcessorBase):
         :data:`~cep.events.END_OF_INPUT` every rule, so matches waiting to grow are flushed."""
         rt = self.runtime
         end = watermark_ms >= END_OF_INPUT
-        for name, st in list(state.rules.items()):
+        names = list(state.rules) if end else list(state.busy_rules())
+        for name in names:
+            st = state.rules.get(name)
+            if st is None:
+                continue
+            if _idle(st):
+                # Nothing to fire; at the end of input the state (at most a history) goes.
+                if end:
+                    self._retire(state.rules, name)
+                if state.busy is not None:
+                    state.busy.pop(name, None)
+                continue
             due = st.next_timer_ms
             if end:
                 _extend(outputs, rt.advance_watermark(self._rule_by_name[name], st, math.inf))
@@ -470,6 +676,8 @@ class RuleProcessor(KeyedProcessorBase):
                 _extend(outputs, rt.advance_watermark(self._rule_by_name[name], st, watermark_ms))
             if st.is_empty:
                 self._retire(state.rules, name)
+            if state.busy is not None and _idle(st):
+                state.busy.pop(name, None)
         state.watermark = max(state.watermark, watermark_ms)
 
     def _retire(self, rule_states: dict[str, Any], name: str) -> None:
@@ -479,6 +687,7 @@ class RuleProcessor(KeyedProcessorBase):
 
     def drop_rule(self, state: KeyState, name: str) -> None:
         """Forget one rule's state for the key."""
+        state.busy = None
         if name in state.rules:
             self._retire(state.rules, name)
 
@@ -709,6 +918,14 @@ def _first(pattern: Any) -> tuple[set[str], bool]:
         found, nullable = _first(pattern.inner)
         return found, nullable or pattern.min == 0
     return set(), True
+
+
+def _idle(st: Any) -> bool:
+    """Whether a runtime state holds nothing a deadline can change (at most its ``prev``
+    history): no timer, and advancing its watermark reports nothing."""
+    if type(st) is not runtime.RuleState:  # another runtime's state: ask it
+        return False
+    return not (st.cohorts or st.held or st.absences or st._runs or st.lazy_runs)
 
 
 def _order(event: Event) -> tuple[int, int]:

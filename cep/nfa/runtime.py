@@ -348,7 +348,7 @@ def advance_watermark(rule: CompiledRule, state: RuleState, watermark_ms: float)
     emitter = _Emitter(rule, state)
     _fire(rule, state, watermark_ms, emitter)
     if watermark_ms == _INF:
-        state.history.clear()
+        state.history = []
     return emitter.out
 
 

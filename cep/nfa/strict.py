@@ -31,7 +31,7 @@ from cep.nfa.match import Match, build_match
 from cep.nfa.runtime import _NO_GUARDS, _enforce_caps, _resume_after, _strict_table
 from cep.nfa.state import RuleState, _Binding, _Event, _StrictRun
 
-__all__ = ["block_bits", "condition_bits", "process_events", "qualifies"]
+__all__ = ["block_bits", "condition_bits", "pass_over", "process_events", "qualifies"]
 
 _QUALIFIES = "__fast_strict__"
 _AUTOMATON = "__fast_strict_automaton__"
@@ -654,6 +654,33 @@ def process_events(
             state.runs = []
     _finish(scan, state, runs, n, born, last_ts)
     return out
+
+
+def pass_over(
+    rule: CompiledRule,
+    state: RuleState,
+    events: Sequence[Any],
+    history: list[Mapping[str, Any]] | None = None,
+) -> None:
+    """Leave the state as :func:`process_events` does after ``events`` when no run is live
+    before them and none of them can start one: only the counters, the last time and the
+    ``prev`` history move. ``history``, when given, is that history already computed (the
+    same list may be given to several states: it is replaced, never changed in place)."""
+    if not events:
+        return
+    if state.key is None:
+        first = events[0]
+        state.key = tuple(first.fields.get(f) for f in rule.key_fields.get(first.stream, ()))
+    n = len(events)
+    state.pos += n
+    state.events_seen += n
+    state.last_ts = int(events[-1].ts)
+    state.runs = []
+    depth = rule.prev_depth
+    if depth:
+        if history is None:
+            history = (state.history + [e.fields for e in events[-depth:]])[-depth:]
+        state.history = history
 
 
 def _finish(

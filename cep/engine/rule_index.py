@@ -1,0 +1,311 @@
+"""Which rules an event may start or advance, found per batch column-wise, so that each key runs
+only those: the rule index, a swappable strategy with a baseline that offers every event to every
+rule reading its stream (the results are the same; only the rules run differ)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from cep.engine.dispatch import KeyedRules, KeyTimers, dispatch
+from cep.engine.intake import mask_tuples, rule_masks
+from cep.events.event import STREAM_FIELD, Event
+from cep.nfa.processor import NOT_REGISTERED, KeyState, RuleProcessor
+
+__all__ = ["RULE_INDEXES", "NoIndex", "RuleIndex", "StartIndex", "Touches"]
+
+
+class RuleIndex(Protocol):
+    """How a batch's rows are matched to the rules they may touch, and run per key."""
+
+    name: str
+
+    def payloads(
+        self,
+        stream: str,
+        frame: pd.DataFrame,
+        groups: Iterable[KeyedRules],
+        rules: Mapping[str, Any],
+        slot_of: Mapping[str, int],
+        width: int,
+    ) -> tuple[Sequence[Any], np.ndarray]:
+        """Per row some rule must see (their numbers, the second value), what the reorder
+        buffer holds beside its event: a per-slot sequence of columnar masks."""
+        ...
+
+    def dispatch(
+        self,
+        groups: Mapping[tuple, KeyedRules],
+        released: Sequence[tuple[int, int, tuple[Event, Sequence[Any]]]],
+        timers: KeyTimers,
+        outputs: list[dict[str, Any]],
+        missing_key: Callable[[RuleProcessor, Event], None],
+    ) -> None:
+        """Run released ``(ts, seq, (event, masks))`` entries through the rules of their keys."""
+        ...
+
+
+class NoIndex:
+    """The baseline: each row carries every slot's mask, and every rule reading a row's stream
+    is offered the row (the processor skips those whose mask is 0)."""
+
+    name = "none"
+
+    def payloads(self, stream, frame, groups, rules, slot_of, width):
+        masks, relevant = rule_masks(stream, frame, groups, rules, slot_of, width)
+        rows = np.flatnonzero(relevant)
+        if masks is None or len(rows) == 0:
+            return [], rows[:0]
+        return mask_tuples(masks[rows]), rows
+
+    def dispatch(self, groups, released, timers, outputs, missing_key):
+        dispatch(groups, released, timers, outputs, missing_key)
+
+
+class Touches(Sequence):
+    """The rules one row may touch: ``(slot, mask)`` pairs, and the number of slots when it
+    arrived. Reads as the per-slot masks of :class:`NoIndex` (0 for slots not named), which is
+    how a checkpoint stores it."""
+
+    __slots__ = ("width", "entries")
+
+    def __init__(self, width: int, entries: tuple[tuple[int, int], ...]) -> None:
+        self.width = width
+        self.entries = entries
+
+    def __len__(self) -> int:
+        return self.width
+
+    def __getitem__(self, slot):  # type: ignore[override]
+        return self._dense()[slot]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._dense())
+
+    def _dense(self) -> list[int]:
+        dense = [0] * self.width
+        for slot, mask in self.entries:
+            dense[slot] = mask
+        return dense
+
+    def __repr__(self) -> str:
+        return f"Touches({self.width}, {self.entries!r})"
+
+
+class StartIndex:
+    """Rows matched to rules by their columnar conditions, evaluated once per batch for every
+    rule reading the same condition text; each row carries only the rules it may touch.
+
+    A row is handed to a rule when one of the rule's conditions may hold for it (its columnar
+    mask is not 0); the processor then runs the rule only when the row may begin a match or
+    the rule has partial matches on the key (:meth:`RuleProcessor.run_indexed`). Rules that
+    must see every event (strict contiguity, ``prev``) still receive every row of their keys,
+    but a scanned one runs only from the first row that may start it or while a run is live.
+    """
+
+    name = "starts"
+
+    def payloads(self, stream, frame, groups, rules, slot_of, width):
+        n = len(frame)
+        shared: dict[tuple, np.ndarray] = {}
+        every = False
+        rows: list[np.ndarray] = []
+        slots: list[np.ndarray] = []
+        masks: list[np.ndarray] = []
+        for group in groups:
+            if stream not in group.readers:
+                continue
+            processor = group.processor
+            every = every or stream in group.always
+            scanned = processor.scanned
+            for index, (rule, slot) in enumerate(zip(processor.rules, group.slots, strict=True)):
+                if stream not in rule.streams:
+                    continue
+                conditions = getattr(rule, "conditions", None)
+                if conditions is None:
+                    # A rule that gives only its masks (another compiler's): as NoIndex does.
+                    fits = _mask_bits(rule, stream, frame)
+                else:
+                    fits = [
+                        (bit, _fits(rule, cond, stream, frame, shared))
+                        for bit, cond in enumerate(conditions)
+                    ]
+                if index in scanned:
+                    # A scanned rule sees every row of its keys anyway; it needs to know only
+                    # where a match may start.
+                    first = processor.start_bits_of(index)
+                    chosen = _rows_fitting([f for bit, f in fits if (first >> bit) & 1], n)
+                elif must_see_all(processor, index):
+                    chosen = np.arange(n)
+                else:
+                    chosen = _rows_fitting([f for _, f in fits], n)
+                if len(chosen) == 0:
+                    continue
+                mask = np.zeros(len(chosen), dtype=np.int64)
+                for bit, f in fits:
+                    if f is True:
+                        mask |= np.int64(1) << np.int64(bit)
+                    elif f is not False:
+                        mask |= f[chosen].astype(np.int64) << np.int64(bit)
+                rows.append(chosen)
+                slots.append(np.full(len(chosen), slot, dtype=np.int64))
+                masks.append(mask)
+        if not rows:
+            if every:
+                return [Touches(width, ())] * n, np.arange(n)
+            return [], np.zeros(0, dtype=np.int64)
+        row_all = np.concatenate(rows)
+        order = np.argsort(row_all, kind="stable")
+        row_all = row_all[order]
+        pairs = list(zip(np.concatenate(slots)[order].tolist(),
+                         np.concatenate(masks)[order].tolist(), strict=True))
+        cuts = np.flatnonzero(row_all[1:] != row_all[:-1]) + 1
+        starts = [0, *cuts.tolist()]
+        ends = [*cuts.tolist(), len(pairs)]
+        found = [Touches(width, tuple(pairs[lo:hi])) for lo, hi in zip(starts, ends, strict=True)]
+        touched_rows = row_all[starts]
+        if not every:
+            return found, touched_rows
+        out: list[Touches] = [Touches(width, ())] * n
+        for row, touches in zip(touched_rows.tolist(), found, strict=True):
+            out[row] = touches
+        return out, np.arange(n)
+
+    def dispatch(self, groups, released, timers, outputs, missing_key):
+        owner: dict[int, tuple[tuple, int, bool]] = {}
+        always: dict[str, list[tuple]] = {}
+        prepared = {}
+        for signature, group in groups.items():
+            processor = group.processor
+            for index, slot in enumerate(group.slots):
+                owner[slot] = (
+                    signature, index,
+                    must_see_all(processor, index) and index not in processor.scanned,
+                )
+            for stream in group.always:
+                always.setdefault(stream, []).append(signature)
+            prepared[signature] = (
+                processor.keys_of_event if processor.multi_key else processor.key_of_event,
+                processor.multi_key,
+            )
+        work: dict[tuple[tuple, tuple], list] = {}
+        for _ts, _seq, (event, masks) in released:
+            if type(masks) is Touches:
+                entries, width = masks.entries, masks.width
+            else:
+                entries, width = _dense_entries(masks, event, owner, groups), len(masks)
+            per: dict[tuple, list[tuple[int, Any]]] = {}
+            for slot, mask in entries:
+                found = owner.get(slot)
+                if found is None:
+                    continue  # the rule was removed since the row arrived
+                touches = per.get(found[0])
+                if touches is None:
+                    per[found[0]] = [(found[1], mask)]
+                else:
+                    touches.append((found[1], mask))
+            for signature in always.get(event.stream, ()):
+                if signature not in per:
+                    per[signature] = []
+            for signature, touches in per.items():
+                key_fn, multi = prepared[signature]
+                if multi:
+                    keys = key_fn(event)
+                else:
+                    key = key_fn(event)
+                    keys = () if key is None else (key,)
+                if not keys:
+                    missing_key(groups[signature].processor, event)
+                    continue
+                if len(touches) > 1:
+                    touches.sort()
+                item = (event, touches, width)
+                for key in keys:
+                    items = work.get((signature, key))
+                    if items is None:
+                        work[(signature, key)] = [item]
+                    else:
+                        items.append(item)
+        jobs: dict[tuple, list] = {}
+        for (signature, key), items in work.items():
+            group = groups[signature]
+            state = group.states.get(key)
+            if state is None:
+                state = group.states[key] = KeyState(busy={})  # a new key: no rule is busy
+            jobs.setdefault(signature, []).append((key, state, items))
+        for signature, group_jobs in jobs.items():
+            group = groups[signature]
+            group.processor.run_indexed(group_jobs, outputs, group.slots)
+            for key, state, _items in group_jobs:
+                timers.update(signature, group, key, state)
+
+
+RULE_INDEXES: dict[str, type] = {NoIndex.name: NoIndex, StartIndex.name: StartIndex}
+"""The strategies by name (the engine's ``rule_index`` option)."""
+
+
+def must_see_all(processor: RuleProcessor, index: int) -> bool:
+    """Whether rule ``index`` of ``processor`` must be shown rows whose mask is 0."""
+    return processor.must_see[index]
+
+
+def _fits(rule: Any, cond: Any, stream: str, frame: pd.DataFrame,
+          shared: dict[tuple, np.ndarray]) -> Any:
+    """Where a condition may hold over ``frame`` (rows of ``stream``): a bool array, or
+    ``True``/``False`` for every row. Equal condition texts over the same streams are
+    evaluated once per batch."""
+    if cond.stream is not None and cond.stream != stream:
+        return False
+    if cond.predicate is None or cond.columnar is None:
+        return True
+    text = getattr(cond, "columnar_text", None)
+    key = (rule.streams, text) if text is not None else (id(cond),)
+    fits = shared.get(key)
+    if fits is None:
+        fits = shared[key] = np.asarray(cond.columnar(frame), dtype=bool)
+    return fits
+
+
+def _mask_bits(rule: Any, stream: str, frame: pd.DataFrame) -> list[tuple[int, Any]]:
+    """``(bit, rows where it is set)`` of a rule's :meth:`columnar_mask` over ``frame``."""
+    view = frame.assign(**{STREAM_FIELD: stream}) if len(rule.streams) > 1 else frame
+    mask = np.asarray(rule.columnar_mask(view), dtype=np.int64)
+    top = int(np.bitwise_or.reduce(mask)) if len(mask) else 0
+    return [(bit, (mask >> np.int64(bit)) & 1 == 1) for bit in range(max(top.bit_length(), 1))]
+
+
+def _rows_fitting(fits: list[Any], n: int) -> np.ndarray:
+    """The rows where at least one of ``fits`` (from :func:`_fits`) holds."""
+    if any(f is True for f in fits):
+        return np.arange(n)
+    arrays = [f for f in fits if f is not False]
+    if not arrays:
+        return np.zeros(0, dtype=np.int64)
+    union = arrays[0]
+    for f in arrays[1:]:
+        union = union | f
+    return np.flatnonzero(union)
+
+
+def _dense_entries(
+    masks: Sequence[Any], event: Event, owner: Mapping[int, tuple[tuple, int, bool]],
+    groups: Mapping[tuple, KeyedRules],
+) -> list[tuple[int, Any]]:
+    """The ``(slot, mask)`` pairs a per-slot mask sequence (an event fed on its own, or one
+    restored from a checkpoint) stands for."""
+    out = []
+    for slot, mask in enumerate(masks):
+        if mask is NOT_REGISTERED:
+            continue
+        found = owner.get(slot)
+        if found is None:
+            continue
+        signature, index, needs_all = found
+        if event.stream not in groups[signature].processor.rules[index].streams:
+            continue
+        if mask is None or mask != 0 or needs_all:
+            out.append((slot, mask))
+    return out

@@ -1,0 +1,254 @@
+"""The rule index (``cep.engine.rule_index``) is a strategy: every index runs this one suite and
+must report exactly what the baseline without an index reports, while looking at fewer rules.
+
+Rules of the shapes W5 generates (``bench/bench_rules.py``: thresholds, sequences, trailing
+absences, joins of two streams, strict ``prev``; plus a relaxed ``prev``) over random events and
+batch splits: N rules registered together give exactly the union of each rule run alone, under
+every index, also when rules are added and removed between batches; and the number of rules
+looked at per event is asserted, as the percolator's presearcher suite asserts queries run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cep.engine.engine import Engine
+from cep.engine.rule_index import RULE_INDEXES
+
+INDEXES = sorted(RULE_INDEXES)
+BASELINE = "none"
+
+STREAMS = """
+stream ev (id int, key string, kind string, amount float, merchant string, price float,
+           ts timestamp)
+  time ts unit ms lateness 5ms id id
+stream flags (key string, level int, ts timestamp) time ts unit ms lateness 5ms
+"""
+KINDS = ("order", "payment", "login")
+
+
+@st.composite
+def rule_text(draw, name: str) -> str:
+    """One rule of the W5 mix with drawn parameters (small, so that matches happen)."""
+    shape = draw(st.sampled_from(
+        ["threshold", "sequence", "absence", "join", "prev", "prev_relaxed"]))
+    window = draw(st.sampled_from(["5ms", "20ms", "60ms"]))
+    above = draw(st.sampled_from([1, 3, 5]))
+    if shape == "threshold":
+        probes = draw(st.integers(1, 2))
+        return (f"rule {name} from ev by key pattern probe{{{probes},}} big\n"
+                f"  define probe as amount < 2,\n"
+                f"         big as amount > {above} and merchant != last(probe).merchant\n"
+                f"  within {window}\n")
+    if shape == "sequence":
+        a, b, c = (draw(st.sampled_from(KINDS)) for _ in range(3))
+        return (f"rule {name} from ev by key pattern a b c\n"
+                f'  define a as kind == "{a}" and amount > {above}, b as kind == "{b}",\n'
+                f'         c as kind == "{c}"\n'
+                f"  within {window}\n")
+    if shape == "absence":
+        return (f"rule {name} from ev by key pattern placed !paid\n"
+                f'  define placed as kind == "order" and amount > {above},\n'
+                f'         paid as kind == "payment"\n'
+                f"  within {window}\n")
+    if shape == "join":
+        level = draw(st.integers(0, 2))
+        return (f"rule {name} from flags, ev by key pattern f e\n"
+                f"  define f as flags where level >= {level},\n"
+                f"         e as ev where amount > {above}\n"
+                f"  within {window}\n")
+    rise = draw(st.sampled_from([0, 1]))
+    contiguity = "  contiguity strict\n" if shape == "prev" else ""
+    return (f"rule {name} from ev by key pattern a b\n{contiguity}"
+            f"  define a as amount > {above}, b as price > prev(price) + {rise}\n")
+
+
+@st.composite
+def workload(draw):
+    """Rules (text, batch registered at, batch removed at or None), events and batch cuts."""
+    n_rules = draw(st.integers(1, 5))
+    n_events = draw(st.integers(1, 40))
+    rows, ts = [], 0
+    for i in range(n_events):
+        ts += draw(st.integers(0, 4))
+        late = draw(st.integers(0, 8)) if draw(st.integers(0, 5)) == 0 else 0
+        key = draw(st.sampled_from(["k1", "k2", "k3"]))
+        if draw(st.integers(0, 6)) == 0:
+            rows.append({"stream": "flags", "key": key, "level": draw(st.integers(0, 3)),
+                         "ts": max(0, ts - late)})
+            continue
+        rows.append({
+            "stream": "ev", "id": i, "key": key, "kind": draw(st.sampled_from(KINDS)),
+            "amount": float(draw(st.sampled_from([0.5, 1.5, 2.0, 4.0, 6.0]))),
+            "merchant": draw(st.sampled_from(["m1", "m2"])),
+            "price": float(draw(st.integers(0, 4))), "ts": max(0, ts - late),
+        })
+    cuts = sorted(set(draw(st.lists(st.integers(1, n_events), max_size=4))))
+    batches = len(cuts) + 1
+    rules = []
+    for i in range(n_rules):
+        text = draw(rule_text(f"r{i}"))
+        start = draw(st.integers(0, batches - 1)) if draw(st.booleans()) else 0
+        stop = draw(st.integers(start + 1, batches)) if draw(st.integers(0, 3)) == 0 else None
+        rules.append((text, start, stop))
+    return rules, rows, cuts
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    for name in ("amount", "price"):
+        if name in frame.columns:
+            frame[name] = frame[name].astype(float)
+    return frame
+
+
+def run(index: str, rules, rows, cuts) -> tuple[list[dict], Engine]:
+    """Feed ``rows`` cut at ``cuts``, registering and removing ``rules`` before the batch their
+    numbers name; the matches in the order reported, and the engine."""
+    engine = Engine(rule_index=index)
+    engine.register(STREAMS)
+    bounds = [0, *cuts, len(rows)]
+    out: list[dict] = []
+    for number, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        for i, (text, start, stop) in enumerate(rules):
+            if stop == number:
+                engine.unregister(f"r{i}")
+            if start == number:
+                engine.register(text)
+        if hi > lo:
+            engine.feed_batch(_frame(rows[lo:hi]))
+        out.extend(engine.drain())
+    engine.close()
+    out.extend(engine.drain())
+    return out, engine
+
+
+def _contents(matches: list[dict]) -> list[str]:
+    return sorted(json.dumps(m, sort_keys=True) for m in matches)
+
+
+@pytest.mark.parametrize("index", INDEXES)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=workload())
+def test_rules_together_are_the_union_of_each_rule_alone(index, case):
+    rules, rows, cuts = case
+    together, engine = run(index, rules, rows, cuts)
+    alone = [m for i, rule in enumerate(rules) for m in _alone(index, rule, i, rows, cuts)]
+    assert _contents(together) == _contents(alone)
+    baseline, base_engine = run(BASELINE, rules, rows, cuts)
+    assert together == baseline  # the same matches, in the same order
+    assert engine.stats == base_engine.stats
+    assert engine.rules_touched <= base_engine.rules_touched
+
+
+def _alone(index: str, rule, number: int, rows, cuts) -> list[dict]:
+    """Rule ``r{number}`` run alone (registered and removed at the same batches)."""
+    text, start, stop = rule
+    placeholder = (None, -1, None)
+    rules = [placeholder] * number + [(text, start, stop)]
+    engine = Engine(rule_index=index)
+    engine.register(STREAMS)
+    bounds = [0, *cuts, len(rows)]
+    out: list[dict] = []
+    for batch, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        for i, (t, s, e) in enumerate(rules):
+            if t is None:
+                continue
+            if e == batch:
+                engine.unregister(f"r{i}")
+            if s == batch:
+                engine.register(t)
+        if hi > lo:
+            engine.feed_batch(_frame(rows[lo:hi]))
+        out.extend(engine.drain())
+    engine.close()
+    out.extend(engine.drain())
+    return out
+
+
+THRESHOLDS = "".join(
+    f"rule t{i} from ev by key pattern a b define a as amount > {100 + i}, b as amount > 1000\n"
+    for i in range(40)
+)
+
+
+def _events(amounts: list[float]) -> pd.DataFrame:
+    return _frame([
+        {"stream": "ev", "id": i, "key": f"k{i % 2}", "kind": "login", "amount": a,
+         "merchant": "m1", "price": 1.0, "ts": i}
+        for i, a in enumerate(amounts)
+    ])
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_rules_looked_at_per_event(index):
+    """40 rules: 30 events no rule can start, one that starts the 11 rules whose threshold is
+    below 111, then one that starts all 40 and completes the 11 partial matches."""
+    engine = Engine(rule_index=index)
+    engine.register(STREAMS + THRESHOLDS)
+    engine.feed_batch(_events([5.0] * 30 + [110.5]))
+    engine.feed_batch(_frame([{"stream": "ev", "id": 99, "key": "k0", "kind": "login",
+                               "amount": 2000.0, "merchant": "m1", "price": 1.0, "ts": 40}]))
+    engine.close()
+    assert len(engine.drain()) == 11
+    if index == BASELINE:
+        # The events no rule can take are not dispatched; the two others are offered to every
+        # rule reading their stream.
+        assert engine.rules_touched == 40 + 40
+    else:
+        # The rules each event can start, or whose partial matches it may advance.
+        assert engine.rules_touched == 11 + 40
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_strict_prev_rules_run_only_from_where_they_may_start(index):
+    """Strict ``prev`` rules must see every event of their keys; the index hands the events
+    before a possible start to the state without running the rule on them. (With a relaxed
+    rule beside them, so that the stream is not held as columns: see ``column_route``.)"""
+    rules = THRESHOLDS.splitlines(keepends=True)[0] + "".join(
+        f"rule p{i} from ev by key pattern a b contiguity strict\n"
+        f"  define a as amount > {100 + i}, b as price > prev(price)\n"
+        for i in range(10)
+    )
+    engine = Engine(rule_index=index)
+    engine.register(STREAMS + rules)
+    frame = _events([5.0] * 20 + [104.5, 5.0])
+    frame.loc[21, "price"] = 2.0
+    frame.loc[:, "key"] = "k0"
+    engine.feed_batch(frame)
+    engine.close()
+    names = sorted(m["name"] for m in engine.drain())
+    assert names == [f"p{i}" for i in range(5)]  # 104.5 > 100 + i, then price 1.0 -> 2.0
+    if index == BASELINE:
+        assert engine.rules_touched == 22 * 11  # every rule offered every event
+    else:
+        # Only the 5 rules the 21st event may start run, on it and the next event; and t0,
+        # which it starts.
+        assert engine.rules_touched == 5 * 2 + 1
+
+
+def test_state_left_is_the_same_under_every_index():
+    """What each key's rules remember (their state bytes) does not depend on the index."""
+    rules = STREAMS + "".join(THRESHOLDS.splitlines(keepends=True)[:4]) + (
+        "rule p from ev by key pattern a b contiguity strict\n"
+        "  define a as amount > 100, b as price > prev(price)\n")
+    states = {}
+    for index in INDEXES:
+        engine = Engine(rule_index=index)
+        engine.register(rules)
+        engine.feed_batch(_events([5.0, 150.0, 5.0, 120.0, 3.0, 104.0]))
+        states[index] = {
+            key: {name: st.to_bytes() for name, st in state.rules.items()}
+            for group in engine._groups.values() for key, state in group.states.items()
+        }
+    assert all(s == states[BASELINE] for s in states.values())
+
+
+def test_an_unknown_index_is_refused():
+    with pytest.raises(Exception, match="unknown rule index"):
+        Engine(rule_index="bogus")
