@@ -264,12 +264,7 @@ class MetricOperator:
             self._merge_session(key, group, ts_ms, ts_ms, states)
             return
         for start in fixed_starts(ts_ms, shape.size_ms, shape.every_ms):
-            window = group.windows.get(start)
-            if window is None:
-                end = start + shape.size_ms
-                window = group.windows[start] = WindowState(start, end, self._fresh_states())
-                self._schedule(self._fire_queue, end, key, start)
-            states = window.states
+            states = self._fixed_window(group, key, start).states
             for j, aggregate in enumerate(aggregates):
                 states[j] = aggregate.absorb(states[j], partials[j])
 
@@ -329,6 +324,16 @@ class MetricOperator:
     def _fresh_states(self) -> list[Any]:
         return [a.empty() for a in self.compiled.aggregates]
 
+    def _fixed_window(self, group: GroupState, key: tuple, start: int) -> WindowState:
+        """The group's fixed window starting at ``start``, opened (and its firing scheduled)
+        when the group has none there yet."""
+        window = group.windows.get(start)
+        if window is None:
+            end = start + self.compiled.shape.size_ms
+            window = group.windows[start] = WindowState(start, end, self._fresh_states())
+            self._schedule(self._fire_queue, end, key, start)
+        return window
+
     def _ingest_fixed(
         self, ts: np.ndarray, keys: list[tuple], codes: np.ndarray, columns: list[ValueColumn]
     ) -> None:
@@ -346,13 +351,7 @@ class MetricOperator:
         for i, lo in enumerate(bounds.tolist()):
             key = keys[pair_codes[lo]]
             start = int(starts[lo])
-            group = self._group(key)
-            window = group.windows.get(start)
-            if window is None:
-                end = start + shape.size_ms
-                window = group.windows[start] = WindowState(start, end, self._fresh_states())
-                self._schedule(self._fire_queue, end, key, start)
-            states = window.states
+            states = self._fixed_window(self._group(key), key, start).states
             for j, aggregate in enumerate(aggregates):
                 states[j] = aggregate.absorb(states[j], partials[j][i])
 
