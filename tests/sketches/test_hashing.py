@@ -39,7 +39,10 @@ def _array_paths_for_every_size():
 )
 def test_a_few_values_hashed_one_by_one_equal_the_array_paths(values, shape):
     if shape == "typed array":
-        values = np.array(values)
+        try:
+            values = np.array(values)
+        except (UnicodeDecodeError, ValueError, OverflowError):
+            return  # numpy makes no typed array of these (bytes beside str, huge ints)
         if values.dtype.kind not in "biufUS":
             return
     elif shape == "object array":
