@@ -48,18 +48,13 @@ def cluster_env(tmp_path_factory):
         cluster.stop()
 
 
-def _embedded(files: list[str], out: Path, events: Path = EVENTS) -> list[dict]:
-    """The embedded engine's matches of ``files`` over ``events``."""
-    assert main(["run", *files, "--events", str(events), "--engine", "embedded",
-                 "--no-alerts", "--out", str(out)]) == 0
-    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-
-
 @pytest.fixture(scope="session")
 def embedded(tmp_path_factory):
     """The embedded engine's matches over the examples."""
-    return _embedded([str(ROOT / "examples")],
-                     tmp_path_factory.mktemp("embedded") / "matches.jsonl")
+    out = tmp_path_factory.mktemp("embedded") / "matches.jsonl"
+    assert main(["run", str(ROOT / "examples"), "--events", str(EVENTS), "--engine",
+                 "embedded", "--no-alerts", "--out", str(out)]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
 
 def _driver_env() -> dict[str, str]:
