@@ -207,9 +207,22 @@ class Quantified(Node):
 QUANTIFIERS = ("any", "count")
 """The names of :class:`Quantified` expressions."""
 
+
+@dataclass(frozen=True)
+class Lookup(Node):
+    """``lookup(cards, card_id).home_country``: a field of the row of ``table`` whose key is
+    ``keys``, as the table stood at the event's time (null when no such row);
+    ``field`` None is the row itself, which only ``is [not] null`` may test."""
+
+    table: str
+    keys: tuple[Expr, ...]
+    field: str | None = None
+    span: Span = _span()
+
+
 Expr = Union[
     Literal, Duration, FieldRef, VarField, Prev, Call, Search, BinOp, BoolOp, Not, Neg,
-    InValues, InList, Between, IsNull, Matches, Quantified,
+    InValues, InList, Between, IsNull, Matches, Quantified, Lookup,
 ]
 
 # ---------------------------------------------------------------- canonical text of expressions
@@ -302,6 +315,9 @@ def _expr_text(e: Expr) -> str:
         return f"{_expr(e.operand, _SUM)} matches /{e.pattern.replace('/', chr(92) + '/')}/"
     if isinstance(e, Quantified):
         return f"{e.func}({e.var} in {print_expr(e.source)}: {print_expr(e.condition)})"
+    if isinstance(e, Lookup):
+        call = f"lookup({', '.join([e.table, *(print_expr(k) for k in e.keys)])})"
+        return call if e.field is None else f"{call}.{e.field}"
     raise TypeError(f"not an expression: {e!r}")
 
 
@@ -578,6 +594,43 @@ class ListDecl(Node):
     span: Span = _span()
 
 
+#: What the op field of a changelog row says when ``op`` names no values (compared ignoring
+#: case): Debezium's ``c``/``r``/``u``/``d`` and the words of most other change feeds.
+DEFAULT_UPSERT_OPS = ("c", "r", "u", "insert", "update", "upsert")
+DEFAULT_DELETE_OPS = ("d", "delete")
+
+
+@dataclass(frozen=True)
+class TableDecl(Node):
+    """``table cards from card_changes key card_id [op FIELD [upsert "..."] [delete "..."]]
+    [retain D]``: the rows of a changelog stream, by key, as of each event time.
+
+    A row of ``stream`` inserts or replaces the row of its key, or deletes it when its ``op``
+    field holds a value of ``delete`` or when every field other than the key, the op and the
+    time is null (a tombstone); an op value in neither vocabulary makes the row a dead letter.
+    ``upsert``/``delete`` not given: :data:`DEFAULT_UPSERT_OPS`, :data:`DEFAULT_DELETE_OPS`.
+    ``retain``: how far behind the watermark versions are kept apart (None: the longest
+    ``within`` of the rules reading the table).
+    """
+
+    name: str
+    stream: str
+    key: tuple[str, ...]
+    op_field: str | None = None
+    upsert: tuple[str, ...] = ()
+    delete: tuple[str, ...] = ()
+    retain: Duration | None = None
+    span: Span = _span()
+
+    @property
+    def upsert_ops(self) -> tuple[str, ...]:
+        return self.upsert or DEFAULT_UPSERT_OPS
+
+    @property
+    def delete_ops(self) -> tuple[str, ...]:
+        return self.delete or DEFAULT_DELETE_OPS
+
+
 @dataclass(frozen=True)
 class Secret(Node):
     """A webhook secret: from the environment (``env NAME``) or given literally."""
@@ -714,7 +767,7 @@ class MetricDecl(Node):
 
 
 Declaration = Union[
-    Include, StreamDecl, ListDecl, WebhookDecl, RuleDecl, QueryDecl, MetricDecl
+    Include, StreamDecl, ListDecl, TableDecl, WebhookDecl, RuleDecl, QueryDecl, MetricDecl
 ]
 
 

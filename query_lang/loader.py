@@ -57,6 +57,10 @@ class Program:
         return self._named(ast.ListDecl)
 
     @property
+    def tables(self) -> dict[str, ast.TableDecl]:
+        return self._named(ast.TableDecl)
+
+    @property
     def webhooks(self) -> dict[str, ast.WebhookDecl]:
         return self._named(ast.WebhookDecl)
 

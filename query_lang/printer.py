@@ -115,6 +115,8 @@ def _one_line(decl: ast.Declaration) -> str:
         if decl.path is not None:
             return f"list {decl.name} from {quote(decl.path)}"
         return f"list {decl.name} ({', '.join(quote(v) for v in decl.values)})"
+    if isinstance(decl, ast.TableDecl):
+        return _table(decl)
     if isinstance(decl, ast.WebhookDecl):
         secrets = "".join(
             f" secret env {s.env}" if s.env else f" secret {quote(s.value or '')}"
@@ -122,6 +124,18 @@ def _one_line(decl: ast.Declaration) -> str:
         )
         return f"webhook {decl.name} url {quote(decl.url)}{secrets}"
     raise TypeError(f"not a declaration: {decl!r}")
+
+
+def _table(t: ast.TableDecl) -> str:
+    text = f"table {t.name} from {t.stream} key {', '.join(t.key)}"
+    if t.op_field is not None:
+        text += f" op {t.op_field}"
+        for kind, values in (("upsert", t.upsert), ("delete", t.delete)):
+            if values:
+                text += f" {kind} {', '.join(quote(v) for v in values)}"
+    if t.retain is not None:
+        text += f" retain {print_duration(t.retain)}"
+    return text
 
 
 def _stream(s: ast.StreamDecl) -> list[_Line]:

@@ -98,6 +98,7 @@ def processor_specs(
     # Loaded, checked and compiled as Engine.register does, in the same order, so a program
     # fails here with the embedded engine's errors; no Engine is built around it.
     declarations = load_declarations(program)
+    refuse_tables(declarations)
     streams, lists = add_declarations(declarations, {}, {}, ())
     rule_decls = [d for d in declarations if isinstance(d, ast.RuleDecl)]
     standing = [d for d in declarations if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
@@ -130,6 +131,24 @@ def processor_specs(
     specs = [_spec(processor, names, schemas) for processor, names in processors]
     # Queries are not keyed: spark_udf.queries runs them per partition.
     return specs, sorted(d.name for d in standing if isinstance(d, ast.QueryDecl))
+
+
+def refuse_tables(declarations: Sequence[ast.Declaration]) -> None:
+    """Tables (``table``, ``lookup``) run in the embedded engine only, for now: a program
+    with one is refused here rather than run with lookups that would all be null.
+
+    Raises
+    ------
+    OperatorConfigError
+        Naming the first table and where it is declared.
+    """
+    for decl in declarations:
+        if isinstance(decl, ast.TableDecl):
+            where = f"{decl.span.file}:{decl.span.line}:{decl.span.column}"
+            raise OperatorConfigError(
+                f"{where}: table '{decl.name}': tables run in the embedded engine only so far "
+                "(vigil run --engine embedded); the Spark operator does not keep them yet"
+            )
 
 
 def _spec(

@@ -8,7 +8,7 @@ import json
 import sys
 
 from cep.cli.arguments import EXIT_ERRORS, EXIT_OK, UsageError, expand_rule_paths
-from cep.engine.program import compile_program_rule, load_list
+from cep.engine.program import compile_program_rule, empty_tables, load_list
 from cep.engine.queries import query_schema
 from cep.events.event import BadEventError, StreamSchema, parse_json_line
 from cep.nfa.explain import describe, to_dot
@@ -51,7 +51,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError(f"no rule named '{args.rule}' in {args.file} (rules: {known})")
     try:
         lists = {name: load_list(decl) for name, decl in program.lists.items()}
-        compiled = compile_program_rule(rule, program.streams, lists)
+        tables = empty_tables(program.tables, program.streams)
+        compiled = compile_program_rule(rule, program.streams, lists, tables=tables)
     except VigilError as err:
         # Every compile error `vigil check` cannot see (check reports the limits it can).
         _report(err, program)

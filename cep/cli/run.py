@@ -829,13 +829,17 @@ def _summary(engine: Engine, seconds: float, *, dead_letter_path: str | None) ->
         f"{sum(stats.matches.values())} match(es), {stats.late} late, {stats.bad} bad"
         + (f", {stats.unkeyed} without a rule's key" if stats.unkeyed else "")
         + (f", {stats.uncorrected} with their device's clock uncorrected (no sent or received "
-           "time)" if stats.uncorrected else ""),
+           "time)" if stats.uncorrected else "")
+        + (f", {stats.unchanged} changelog row(s) that changed no table" if stats.unchanged
+           else ""),
     ]
     for name, count in stats.matches.items():
         dropped = stats.dropped_partials.get(name, 0)
         extra = f" ({dropped} partial match(es) dropped by --max-partials)" if dropped else ""
         lines.append(f"  {name}: {count} match(es){extra}")
-    if (stats.late or stats.bad or stats.unkeyed) and dead_letter_path is None:
+    for name, keys in stats.table_rows.items():
+        lines.append(f"  table {name}: {keys} key(s)")
+    if (stats.late or stats.bad or stats.unkeyed or stats.unchanged) and dead_letter_path is None:
         lines.append("  (use --dead-letter PATH to keep the late and bad events)")
     print("\n".join(lines), file=sys.stderr)
 

@@ -38,6 +38,10 @@ The body is the *manifest*, UTF-8 JSON, followed by a blob area the manifest poi
     event sequence number), matches per rule and partial matches dropped by retired states.
 ``outputs``
     Matches and dead letters reported but not yet drained: a restored engine reports them again.
+``tables``
+    Per table: its ``identity`` (printed declaration) and ``state`` blob
+    (:meth:`cep.tables.VersionedTable.to_bytes`). A table whose declaration changed starts
+    empty; a checkpoint without the entry (written before tables) restores none.
 
 Program edits
 -------------
@@ -117,7 +121,7 @@ _FILE_CODEC = StateCodec(
 
 _IDENTITY_SCHEME = "vigil-form/1"
 
-_ENGINE_COUNTERS = ("seq", "events", "accepted", "late", "bad", "unkeyed")
+_ENGINE_COUNTERS = ("seq", "events", "accepted", "late", "bad", "unkeyed", "unchanged")
 """Counters of the engine (its ``_seq``, ``_events``, ...) a snapshot keeps."""
 _STANDING_COUNTERS = ("documents", "verified", "unsearchable")
 """Counters of the standing queries a snapshot keeps."""
@@ -374,6 +378,10 @@ def snapshot(engine: Any) -> bytes:
         for _, _, (ev, masks) in entries
     ]
 
+    tables = {
+        name: {"identity": identity, "state": blob(data)}
+        for name, (identity, data) in engine._tables.snapshot().items()
+    }
     standing = engine._standing
     manifest = {
         "engine": {
@@ -398,6 +406,7 @@ def snapshot(engine: Any) -> bytes:
         "match_counts": dict(engine._match_counts),
         "retired_drops": dict(engine._retired_drops),
         "outputs": {"matches": engine._matches, "dead_letters": engine._dead},
+        "tables": tables,
     }
     try:
         text = json.dumps(manifest, separators=(",", ":"), default=_plain)
@@ -515,7 +524,11 @@ class _Restore:
                                  tuple(masks)))
             for i, stream, ts, seq, fields, masks in manifest["buffer"]
         ]
-        counters = {name: int(manifest["counters"][name]) for name in _COUNTERS}
+        counters = {name: int(manifest["counters"].get(name, 0)) for name in _COUNTERS}
+        tables = engine._tables.loaded({
+            str(name): (entry["identity"], self.blob(entry["state"]))
+            for name, entry in manifest.get("tables", {}).items()
+        })
         watermark = int(manifest["watermark"]["current"])
         max_ts = {
             str(s): int(t) for s, t in manifest["watermark"]["max_ts"].items()
@@ -541,6 +554,8 @@ class _Restore:
         for signature, group in engine._groups.items():
             for key, state in list(group.states.items()):
                 engine._timers.update(signature, group, key, state)
+        engine._tables.adopt(tables)
+        engine._pumped = watermark
         engine._buffer.push_sorted(buffer)
         buffered = {payload[0].stream for _, _, payload in buffer}
         for stream in [s for s in engine._route.streams if s in buffered]:

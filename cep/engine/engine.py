@@ -34,6 +34,7 @@ from cep.engine.program import (
     compile_program_rule,
     load_declarations,
     load_list,
+    lookup_horizons,
 )
 from cep.engine.queries import StandingQueries
 from cep.engine.rule_index import RULE_INDEXES, RuleIndex
@@ -49,9 +50,16 @@ from cep.events.event import (
     parse_json_line,
     stream_of,
 )
-from cep.events.watermark import END_OF_INPUT, ReorderBuffer, Watermark, late_detail
+from cep.events.watermark import (
+    END_OF_INPUT,
+    NO_WATERMARK,
+    ReorderBuffer,
+    Watermark,
+    late_detail,
+)
 from cep.nfa.compiler import compile_rule
 from cep.nfa.processor import RuleProcessor, RuleRuntime, key_signature
+from cep.tables import ChangeError, TableFeed, Tables
 from query_lang import ast
 
 __all__ = ["Engine", "EngineStats", "load_declarations", "load_list"]
@@ -88,6 +96,12 @@ class EngineStats:
     uncorrected:
         Valid events of clock-corrected streams (``time ts sent S received R``) that lacked a
         sent or received time and kept their device time (:mod:`cep.events.clock`).
+    unchanged:
+        Accepted rows of a table's changelog stream that changed no table (a missing key or
+        an unknown op: ``missing_key``/``unknown_op`` dead letters naming the table), one per
+        row and table.
+    table_rows:
+        Keys holding a row (or a version) per table (:mod:`cep.tables`).
     """
 
     events: int
@@ -101,6 +115,8 @@ class EngineStats:
     buffered: int = 0
     watermark: int = 0
     uncorrected: int = 0
+    unchanged: int = 0
+    table_rows: dict[str, int] = field(default_factory=dict)
 
 
 class Engine:
@@ -194,6 +210,9 @@ class Engine:
         self._bad = 0
         self._unkeyed = 0
         self._uncorrected = 0
+        self._unchanged = 0
+        self._tables = Tables()
+        self._pumped = NO_WATERMARK  # the watermark of the last pump: events released to it
         self._match_counts: Counter[str] = Counter()
         self._retired_drops: Counter[str] = Counter()
         # Forms a restore dropped (cep.engine.checkpoint): a name coming back continues its
@@ -259,8 +278,11 @@ class Engine:
         )
         rules_here = [d for d in new_decls if isinstance(d, ast.RuleDecl)]
         standing_here = [d for d in new_decls if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
+        new_tables = [TableFeed(d, streams[d.stream])
+                      for d in new_decls if isinstance(d, ast.TableDecl)]
+        tables = {**self._tables.readers, **{f.name: f.table for f in new_tables}}
         versions = self._returning_versions(new_decls, streams, lists)
-        compiled = [self._compile(decl, streams, lists, versions.get(decl.name, 1))
+        compiled = [self._compile(decl, streams, lists, versions.get(decl.name, 1), tables)
                     for decl in rules_here]
         standing = self._standing.compile(standing_here, streams, lists, versions)
 
@@ -277,6 +299,10 @@ class Engine:
                 self._watermark.set_lateness(decl.name, schema.lateness_ms)
             elif isinstance(decl, ast.WebhookDecl):
                 self._webhooks[decl.name] = decl
+        for feed in new_tables:
+            self._tables.add(feed)
+        for table, horizon in lookup_horizons(rules_here).items():
+            self._tables.widen(table, horizon)
         self._standing.add(standing, streams)
         for name in versions:
             self._retired_forms.pop(name, None)
@@ -357,11 +383,13 @@ class Engine:
         self._plan_columns()
 
     def _compile(
-        self, decl: ast.RuleDecl, streams: Mapping[str, ast.StreamDecl], lists, version: int = 1
+        self, decl: ast.RuleDecl, streams: Mapping[str, ast.StreamDecl], lists, version: int = 1,
+        tables: Mapping[str, Any] | None = None,
     ) -> Any:
         return compile_program_rule(
             decl, streams, lists, max_partials=self.max_partials,
             compiler=self._compile_rule or compile_rule, version=version,
+            tables=self._tables.readers if tables is None else tables,
         )
 
     def _regroup(self, signature: tuple) -> None:
@@ -446,6 +474,10 @@ class Engine:
             self._collect(self._standing.late(ev, self._watermark.current) or [])
             return
         self._accepted += 1
+        if self._tables.reads(ev.stream):
+            for error in self._tables.apply(ev, self._pumped):
+                self._change_letter(error, ev.stream, dict(input=source, line=line, raw=raw,
+                                    event=None if raw is not None else event))
         if self._standing.reads(ev.stream):
             self._collect(self._standing.accept(ev))
         if any(ev.stream in g.readers for g in self._groups.values()):
@@ -604,6 +636,18 @@ class Engine:
                 continue
             if not keep.all():
                 normalised, ts, ok_rows = normalised[keep], ts[keep], ok_rows[keep]
+                met_here = met_here[keep]
+            if self._tables.reads(name):
+                # Each change as fed alone: the events before it in the batch were released
+                # up to the watermark it met.
+                changes = self._schemas[name].events_from_frame(
+                    normalised, seqs[ok_rows], positions[ok_rows]
+                )
+                for row, change, released in zip(
+                    ok_rows.tolist(), changes, met_here.tolist(), strict=True
+                ):
+                    for error in self._tables.apply(change, max(released, self._pumped)):
+                        self._change_letter(error, name, where.of(row))
             if name in self._route.streams:
                 fields = self._groups[self._route.streams[name]].processor.key_fields[name]
                 held = self._route.hold(
@@ -783,6 +827,8 @@ class Engine:
             buffered=len(self._buffer) + len(self._route.columns),
             watermark=self._watermark.current,
             uncorrected=self._uncorrected,
+            unchanged=self._unchanged,
+            table_rows={feed.name: len(feed.table) for feed in self._tables.feeds()},
         )
 
     # ------------------------------------------------------------------ restarts
@@ -846,6 +892,10 @@ class Engine:
     def _pump(self) -> None:
         """Release what the watermark passed, dispatch it per key, then fire due timers."""
         watermark = self._watermark.current
+        if self._tables:
+            # Lookups from here on are at times after the watermark the last pump saw.
+            self._tables.compact(self._pumped)
+            self._pumped = watermark
         released = self._buffer.release(watermark)
         outputs: list[dict[str, Any]] = []
         for block in self._route.release(watermark):
@@ -901,6 +951,10 @@ class Engine:
                 event=None if raw is not None else event,
             )
         )
+
+    def _change_letter(self, error: ChangeError, stream: str, where: Mapping[str, Any]) -> None:
+        self._unchanged += 1
+        self._dead.append(dead_letter(error.reason, error.detail, stream=stream, **where))
 
     def _check_open(self) -> None:
         if self._closed:

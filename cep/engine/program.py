@@ -12,6 +12,7 @@ import numpy as np
 
 from cep.metrics import CompiledMetric, compile_metric
 from cep.nfa import CompiledRule, compile_rule
+from cep.tables import TableFeed
 from percolator.evaluate import field_predicate
 from query_lang import ast
 from query_lang.checks import check_declarations, event_time_field
@@ -24,6 +25,8 @@ __all__ = [
     "BLOOM_FALSE_POSITIVE_RATE",
     "BLOOM_THRESHOLD",
     "add_declarations",
+    "empty_tables",
+    "lookup_horizons",
     "load_declarations",
     "load_list",
 ]
@@ -112,7 +115,7 @@ def _without_repeats(
 ) -> list[ast.Declaration]:
     """Drop streams, lists and webhooks identical to registered ones (two rule files that
     include the same ``common.vigil``); a different redefinition stays and is reported."""
-    shared = (ast.StreamDecl, ast.ListDecl, ast.WebhookDecl)
+    shared = (ast.StreamDecl, ast.ListDecl, ast.TableDecl, ast.WebhookDecl)
     registered = {(type(d), d.name): d for d in known if isinstance(d, shared)}
     return [
         d for d in new if not (isinstance(d, shared) and registered.get((type(d), d.name)) == d)
@@ -137,13 +140,14 @@ def add_declarations(
     """The streams and lists once ``new_decls`` join the registered ones, checked against them.
 
     ``registered`` holds the names of the rules, queries and metrics already registered. Lists
-    are loaded (:func:`load_list`).
+    are loaded (:func:`load_list`). (A table redefined differently is a duplicate name for the
+    checks of :func:`load_declarations`: the rules reading it are compiled against it.)
 
     Raises
     ------
     query_lang.errors.VigilError
-        When a stream is redefined differently, a list cannot be read, a name is taken, or a
-        rule reads a stream that is undeclared or has no event time.
+        When a stream is redefined differently, a list cannot be read, a name is
+        taken, or a rule reads a stream that is undeclared or has no event time.
     """
     streams = dict(streams)
     lists = dict(lists)
@@ -198,6 +202,27 @@ def add_declarations(
     return streams, lists
 
 
+def empty_tables(
+    tables: Mapping[str, ast.TableDecl], streams: Mapping[str, ast.StreamDecl]
+) -> dict[str, Any]:
+    """Empty tables of a program's ``table`` declarations: what a rule that looks them up is
+    compiled against where no event flows (``vigil explain``, the console's automaton)."""
+    return {name: TableFeed(decl, streams[decl.stream]).table
+            for name, decl in tables.items() if decl.stream in streams}
+
+
+def lookup_horizons(rules: Sequence[ast.RuleDecl]) -> dict[str, int]:
+    """Per table, the longest ``within`` of the rules that look it up (0 without one): how far
+    behind the watermark a match's ``emit`` may read it (a match an absence fires)."""
+    horizons: dict[str, int] = {}
+    for rule in rules:
+        for node in ast.walk(rule):
+            if isinstance(node, ast.Lookup):
+                within = rule.within.ms if rule.within is not None else 0
+                horizons[node.table] = max(horizons.get(node.table, 0), within)
+    return horizons
+
+
 def compile_program_rule(
     decl: ast.RuleDecl,
     streams: Mapping[str, ast.StreamDecl],
@@ -206,10 +231,11 @@ def compile_program_rule(
     max_partials: int | None = None,
     compiler: Callable[..., CompiledRule] = compile_rule,
     version: int = 1,
+    tables: Mapping[str, Any] | None = None,
 ) -> CompiledRule:
-    """A rule of a program compiled as every engine runs it: with the program's streams and
-    lists, and ``search(...)`` conditions answered by the percolator. ``version`` (part of
-    every match and its id) is 1 unless a restart found the rule changed
+    """A rule of a program compiled as every engine runs it: with the program's streams,
+    lists and tables (``lookup``), and ``search(...)`` conditions answered by the percolator.
+    ``version`` (part of every match and its id) is 1 unless a restart found the rule changed
     (:mod:`cep.engine.checkpoint`)."""
     options: dict[str, Any] = {
         "lists": dict(lists),
@@ -217,6 +243,8 @@ def compile_program_rule(
         "version": version,
         "streams": streams,
     }
+    if tables:
+        options["tables"] = dict(tables)
     if max_partials is not None:
         options["max_partials"] = max_partials
     return compiler(decl, **options)

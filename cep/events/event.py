@@ -83,6 +83,7 @@ class EventReason:
     WRONG_TYPE = "wrong_type"
     BAD_TIMESTAMP = "bad_timestamp"
     MISSING_KEY = "missing_key"
+    UNKNOWN_OP = "unknown_op"
     LATE = "late"
     TOO_FAR_AHEAD = "too_far_ahead"
     INVALID_UTF8 = "invalid_utf8"

@@ -90,6 +90,8 @@ class Condition:
         The predicate reads earlier bindings (``a.f``, ``last(v).f``, aggregates).
     prev_depth:
         Largest ``n`` of a ``prev(f, n)`` the predicate reads (0: none).
+    reads_tables:
+        The predicate reads a table (``lookup``), as of the event's time: never column-wise.
     batch:
         The exact column-wise form over the current event and ``prev`` (None when the
         predicate reads earlier variables or an expression has no column-wise form); used by
@@ -103,6 +105,7 @@ class Condition:
     prev_depth: int = 0
     batch: BatchCondition | None = None
     columnar_text: str | None = None
+    reads_tables: bool = False
 
     @property
     def reads_prev(self) -> bool:
@@ -111,7 +114,7 @@ class Condition:
     @property
     def current_only(self) -> bool:
         """True when the columnar form (or the absence of a predicate) decides exactly."""
-        return not self.reads_variables and not self.reads_prev and (
+        return not self.reads_variables and not self.reads_prev and not self.reads_tables and (
             self.predicate is None or self.columnar is not None
         )
 
@@ -293,6 +296,7 @@ def _define_condition(
         prev_depth=depth,
         batch=batch,
         columnar_text=None if necessary is None else ast.print_expr(necessary),
+        reads_tables=any(isinstance(n, ast.Lookup) for n in ast.walk(d.condition)),
     )
 
 
@@ -397,6 +401,7 @@ def compile_rule(
     search: Callable[..., Any] | None = None,
     version: int = 1,
     streams: Mapping[str, ast.StreamDecl] | None = None,
+    tables: Mapping[str, Any] | None = None,
     conditions: Mapping[str, Condition] | None = None,
     emit: Sequence[tuple[str, Callable[[Mapping[str, Any], Any], Any]]] | None = None,
     max_partials: int = DEFAULT_MAX_PARTIALS,
@@ -413,6 +418,8 @@ def compile_rule(
         The rule's version, part of every match and its id.
     streams:
         Declared streams by name (used by the expression compiler's scope).
+    tables:
+        Declared tables by name (:class:`query_lang.compiler.TableReader`), for ``lookup``.
     conditions:
         Per-variable conditions that replace the compiled ``define`` expressions; used by
         tests and embedders that evaluate conditions themselves.
@@ -490,6 +497,7 @@ def compile_rule(
         variables=names,
         lists=lists or {},
         search=search,
+        tables=tables or {},
     )
     conds: list[Condition] = []
     for v in order:

@@ -156,9 +156,10 @@ def build_match(
 
 
 class _MatchContext:
-    """The ``MatchContext`` an ``emit`` expression sees: a match's bound events by variable."""
+    """The ``MatchContext`` an ``emit`` expression sees: a match's bound events by variable,
+    and its last event's time (what ``lookup`` reads a table as of)."""
 
-    __slots__ = ("by_var",)
+    __slots__ = ("by_var", "last_ts")
 
     def __init__(self, rule: CompiledRule, word: Sequence[tuple[int, Any]]):
         names, places = rule.variables, rule.places
@@ -166,6 +167,10 @@ class _MatchContext:
         for place, event in word:
             by_var.setdefault(names[places[place]], []).append(event.fields)
         self.by_var = by_var
+        self.last_ts = word[-1][1].ts if word else None
+
+    def time(self) -> int | None:
+        return self.last_ts
 
     def bound(self, var: str) -> Sequence[Mapping[str, Any]]:
         return self.by_var.get(var, ())

@@ -46,16 +46,18 @@ _NO_GUARDS: frozenset[int] = frozenset()
 
 
 class _Context:
-    """The ``MatchContext`` a condition sees: bindings so far, the candidate, ``prev``.
+    """The ``MatchContext`` a condition sees: bindings so far, the candidate, ``prev``, and the
+    candidate's time (what ``lookup`` reads a table as of).
 
     ``var`` is the variable the candidate event is tested for; a variable's bindings are the
     events taken at any of its places. The bindings so far are ``node``'s list followed by
     ``tail``'s (the shared tail of a cohort's segment, see :class:`cep.nfa.state._Cohort`).
     """
 
-    __slots__ = ("node", "var", "current", "history", "index", "places", "tail")
+    __slots__ = ("node", "var", "current", "history", "index", "places", "tail", "ts")
 
-    def __init__(self, node, var, current, history, index, places, tail=None):
+    def __init__(self, node, var, current, history, index, places, tail=None, ts=None):
+        self.ts = ts
         self.node = node
         self.var = var
         self.current = current
@@ -89,6 +91,9 @@ class _Context:
         if n < 1 or n > len(self.history):
             return None
         return self.history[-n]
+
+    def time(self) -> int | None:
+        return self.ts
 
 
 # ---------------------------------------------------------------- evaluation helpers
@@ -152,7 +157,8 @@ class _Evaluator:
         if self.mask is not None and (self.pure >> var) & 1:
             return True
         ctx = _Context(
-            node, var, event.fields, self.state.history, self.index, self.rule.places, tail
+            node, var, event.fields, self.state.history, self.index, self.rule.places, tail,
+            event.ts,
         )
         try:
             return bool(cond.predicate(event.fields, ctx))

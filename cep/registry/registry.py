@@ -30,6 +30,7 @@ __all__ = ["ChangeRefused", "ChangeResult", "Registry", "space_of"]
 _KINDS: dict[type, tuple[str, str]] = {
     ast.StreamDecl: ("stream", "stream"),
     ast.ListDecl: ("list", "list"),
+    ast.TableDecl: ("table", "table"),
     ast.WebhookDecl: ("webhook", "webhook"),
     ast.RuleDecl: (STANDING, "rule"),
     ast.QueryDecl: (STANDING, "query"),

@@ -4,8 +4,8 @@ metrics and the streams, lists and webhooks they need) with its full history, in
 Each accepted change set is one *registry version* (1, 2, ...): who made it, when, a summary,
 and the entries it wrote. An entry is a declaration's canonical text under its name, or a
 removal. The program at version V is, for every name, its newest entry at or before V unless
-that entry is a removal. Names live in four spaces: ``standing`` (rules, queries and metrics
-share one, as the engine requires), ``stream``, ``list`` and ``webhook``.
+that entry is a removal. Names live in five spaces: ``standing`` (rules, queries and metrics
+share one, as the engine requires), ``stream``, ``list``, ``table`` and ``webhook``.
 
 Writes are transactions (``BEGIN IMMEDIATE``): a change set is stored whole or not at all,
 and concurrent writers (a ``vigil serve`` and a ``vigil registry push``) serialise on SQLite's

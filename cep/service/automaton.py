@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from cep.engine.program import compile_program_rule, load_list
+from cep.engine.program import compile_program_rule, empty_tables, load_list
 from cep.nfa import to_dot
 from cep.service.problems import Problem
 from query_lang import Program, VigilError, ast, print_expr
@@ -29,7 +29,8 @@ def automaton_dot(program: Program, name: str) -> str:
         raise Problem(404, "Not found", detail, kind="not-found")
     try:
         lists = {list_name: load_list(decl) for list_name, decl in program.lists.items()}
-        dot = to_dot(compile_program_rule(rule, program.streams, lists))
+        tables = empty_tables(program.tables, program.streams)
+        dot = to_dot(compile_program_rule(rule, program.streams, lists, tables=tables))
     except VigilError as err:  # the registry checked it: a limit only compiling finds
         raise Problem(400, "The rule does not compile", err.message,
                       kind="invalid-program") from None

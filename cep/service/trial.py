@@ -29,7 +29,7 @@ MAX_LAST = 1000
 EXPLAINED = 50
 """Events a query of the trial is explained on, at most (the first ones)."""
 
-_CONTEXT = ("stream", "list", "webhook")
+_CONTEXT = ("stream", "list", "table", "webhook")
 
 
 def try_text(
@@ -115,8 +115,8 @@ def _engine(module: ast.Module, decls: list[ast.Declaration], entries: list[Entr
 
 
 def _kind(decl: ast.Declaration) -> str:
-    return {ast.StreamDecl: "stream", ast.ListDecl: "list", ast.WebhookDecl: "webhook"}.get(
-        type(decl), "standing")
+    return {ast.StreamDecl: "stream", ast.ListDecl: "list", ast.TableDecl: "table",
+            ast.WebhookDecl: "webhook"}.get(type(decl), "standing")
 
 
 def _recent_lines(recent: RecentEvents, streams: list[str], last: int) -> bytes:

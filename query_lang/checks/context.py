@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from query_lang import ast
 from query_lang import types as T
-from query_lang.checks.expressions import ExpressionScope, ExpressionTypes
+from query_lang.checks.expressions import ExpressionScope, ExpressionTypes, TableShape
 from query_lang.errors import VigilError, VigilNameError, VigilValueError
 
 
@@ -24,6 +24,7 @@ class ProgramContext:
         self.errors: list[VigilError] = []
         self.streams: dict[str, ast.StreamDecl] = {}
         self.lists: dict[str, ast.ListDecl] = {}
+        self.tables: dict[str, ast.TableDecl] = {}
         self.webhooks: dict[str, ast.WebhookDecl] = {}
         self.standing: dict[str, ast.Node] = {}
         self.types = ExpressionTypes(self.error)
@@ -36,6 +37,7 @@ class ProgramContext:
         tables = (
             (ast.StreamDecl, self.streams, "stream"),
             (ast.ListDecl, self.lists, "list"),
+            (ast.TableDecl, self.tables, "table"),
             (ast.WebhookDecl, self.webhooks, "webhook"),
         )
         for decl in self.declarations:
@@ -84,6 +86,17 @@ class ProgramContext:
             stamp = T.from_field_type("timestamp")
             fields.setdefault(device, fields.get(s.time_field or "", stamp))
         return fields
+
+    def table_shapes(self) -> dict[str, TableShape]:
+        """What ``lookup`` may read: each declared table whose stream is declared."""
+        shapes = {}
+        for name, table in self.tables.items():
+            fields = self.stream_fields(table.stream)
+            if table.stream in self.streams:
+                key = tuple((k, fields.get(k, T.ANY)) for k in table.key)
+                row = {f: t for f, t in fields.items() if f != table.op_field}
+                shapes[name] = TableShape(key, row)
+        return shapes
 
     def check_from(self, decl) -> list[str]:
         known = []

@@ -1,5 +1,5 @@
-"""Checks of streams, queries and metrics: their fields, search syntax, windows, ``select``
-and ``having``.
+"""Checks of streams, tables, queries and metrics: their fields, keys, search syntax, windows,
+``select`` and ``having``.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from query_lang import ast
 from query_lang import types as T
-from query_lang.checks.context import ProgramContext, union_fields
+from query_lang.checks.context import ProgramContext, event_time_field, union_fields
 from query_lang.checks.expressions import ExpressionScope, has_aggregate
 from query_lang.errors import VigilNameError, VigilTypeError, VigilValueError, VigilWarning
 from query_lang.lexical import duration_text
@@ -137,6 +137,62 @@ def stream_warnings(
                 decl.span, (sources or {}).get(decl.span.file),
             ))
     return found
+
+
+def check_table(ctx: ProgramContext, t: ast.TableDecl) -> None:
+    """A table's changelog stream is declared with an event time; its key fields are single
+    values of that stream, each once; its op field is a string field outside the key; no op
+    value both upserts and deletes."""
+    stream = ctx.streams.get(t.stream)
+    if stream is None:
+        ctx.error(VigilNameError, f"table '{t.name}' reads undeclared stream '{t.stream}'",
+                  ctx.find(t, "from", t.stream))
+        return
+    if event_time_field(stream) is None:
+        ctx.error(
+            VigilNameError,
+            f"table '{t.name}' reads stream '{t.stream}', which has no event time: declare "
+            "`time FIELD` (a lookup sees the table as of each event's time)",
+            ctx.find(t, "from", t.stream),
+        )
+    fields = ctx.stream_fields(t.stream)
+    seen: set[str] = set()
+    for k in t.key:
+        where = ctx.find(t, "key", k)
+        if k in seen:
+            ctx.error(VigilNameError, f"table '{t.name}' names key field '{k}' twice", where)
+        seen.add(k)
+        if k not in fields:
+            ctx.error(VigilNameError,
+                      f"key field '{k}' of table '{t.name}' is not a field of stream "
+                      f"'{t.stream}'", where)
+        elif fields[k] in T.UNKEYED_FIELD_TYPES:
+            ctx.error(VigilTypeError,
+                      f"key field '{k}' of table '{t.name}' is {T.describe(fields[k])}; a key "
+                      "holds single values", where)
+    if t.op_field is not None:
+        where = ctx.find(t, "op", t.op_field)
+        if t.op_field not in fields:
+            ctx.error(VigilNameError,
+                      f"op field '{t.op_field}' of table '{t.name}' is not a field of stream "
+                      f"'{t.stream}'", where)
+        elif fields[t.op_field] != T.STRING:
+            ctx.error(VigilTypeError,
+                      f"op field '{t.op_field}' of table '{t.name}' must be a string, not "
+                      f"{T.describe(fields[t.op_field])}", where)
+        if t.op_field in t.key:
+            ctx.error(VigilNameError,
+                      f"'{t.op_field}' is both a key field and the op field of table "
+                      f"'{t.name}'", where)
+        both = {v.lower() for v in t.upsert_ops} & {v.lower() for v in t.delete_ops}
+        if both:
+            ctx.error(VigilValueError,
+                      f"op value(s) {', '.join(sorted(both))} both upsert and delete in table "
+                      f"'{t.name}'", where)
+    elif t.upsert or t.delete:
+        ctx.error(VigilValueError, "upsert/delete values need an op field", t)
+    if t.retain is not None and t.retain.ms < 0:
+        ctx.error(VigilValueError, "retain cannot be negative", t.retain)
 
 
 def check_query(ctx: ProgramContext, q: ast.QueryDecl) -> None:

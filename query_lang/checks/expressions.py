@@ -30,6 +30,15 @@ class PatternVariable:
     quantified: bool
 
 
+@dataclass(frozen=True)
+class TableShape:
+    """What ``lookup`` needs of a table: its key fields with their types, and the fields of
+    its rows (its changelog stream's)."""
+
+    key: tuple[tuple[str, str], ...]
+    fields: dict[str, str]
+
+
 @dataclass
 class ExpressionScope:
     """What an expression may read where it stands."""
@@ -39,6 +48,7 @@ class ExpressionScope:
     streams: dict[str, dict[str, str]] = field(default_factory=dict)
     variables: dict[str, PatternVariable] = field(default_factory=dict)
     lists: frozenset[str] = frozenset()
+    tables: dict[str, TableShape] = field(default_factory=dict)
 
     @property
     def in_rule(self) -> bool:
@@ -396,8 +406,70 @@ class ExpressionTypes:
         return T.BOOL
 
     def _type_IsNull(self, e: ast.IsNull, scope: ExpressionScope) -> str:
-        self.expr_type(e.operand, scope)
+        if isinstance(e.operand, ast.Lookup) and e.operand.field is None:
+            self._lookup_shape(e.operand, scope)  # whether the key has a row: no field needed
+        else:
+            self.expr_type(e.operand, scope)
         return T.BOOL
+
+    def _type_Lookup(self, e: ast.Lookup, scope: ExpressionScope) -> str:
+        shape = self._lookup_shape(e, scope)
+        if shape is None:
+            return T.ANY
+        if e.field is None:
+            self.error(
+                VigilTypeError,
+                f"lookup({e.table}, ...) is a row of the table: read one of its fields, as in "
+                f"{ast.print_expr(e)}.{next(iter(shape.fields), 'field')}, or test whether "
+                "there is one with `is null` / `is not null`",
+                e,
+            )
+            return T.ANY
+        if e.field not in shape.fields:
+            self.error(
+                VigilNameError,
+                f"table '{e.table}' has no field '{e.field}' (its fields: "
+                f"{', '.join(shape.fields)})",
+                e,
+            )
+            return T.ANY
+        return shape.fields[e.field]
+
+    def _lookup_shape(self, e: ast.Lookup, scope: ExpressionScope) -> TableShape | None:
+        """Checks the table and key of a lookup; the table's shape when it is known."""
+        key_types = [self.expr_type(k, scope) for k in e.keys]
+        if not scope.in_rule:
+            self.error(
+                VigilValueError,
+                f"lookup() is not available in a {scope.context}: a metric counts each event "
+                "as it arrives, before the table's changes up to the event's time are known; "
+                "tables are read by rules (conditions and emit)",
+                e,
+            )
+            return None
+        shape = scope.tables.get(e.table)
+        if shape is None:
+            known = ", ".join(sorted(scope.tables)) or "none declared"
+            self.error(VigilNameError, f"unknown table '{e.table}' (tables: {known})", e)
+            return None
+        if len(e.keys) != len(shape.key):
+            names = ", ".join(name for name, _ in shape.key)
+            self.error(
+                VigilTypeError,
+                f"table '{e.table}' is keyed by {len(shape.key)} field(s) ({names}); "
+                f"this lookup gives {len(e.keys)}",
+                e,
+            )
+            return shape
+        for (name, want), got, key in zip(shape.key, key_types, e.keys, strict=True):
+            if not T.comparable(want, got):
+                self.error(
+                    VigilTypeError,
+                    f"key '{name}' of table '{e.table}' is {T.describe(want)}; "
+                    f"this lookup gives {T.describe(got)}",
+                    key,
+                )
+        return shape
 
     def _type_Matches(self, e: ast.Matches, scope: ExpressionScope) -> str:
         t = self.expr_type(e.operand, scope)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from query_lang import ast
 from query_lang.checks.context import ProgramContext
-from query_lang.checks.declarations import check_metric, check_query, check_stream
+from query_lang.checks.declarations import check_metric, check_query, check_stream, check_table
 from query_lang.checks.rules import check_rule
 from query_lang.errors import VigilError
 from query_lang.limits import declaration_limit_errors
@@ -47,6 +47,8 @@ def check_declarations(
             continue  # the checks below walk expressions recursively
         if isinstance(decl, ast.StreamDecl):
             check_stream(ctx, decl)
+        elif isinstance(decl, ast.TableDecl):
+            check_table(ctx, decl)
         elif isinstance(decl, ast.RuleDecl):
             check_rule(ctx, decl)
         elif isinstance(decl, ast.QueryDecl):

@@ -48,10 +48,11 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
         variables[v] = PatternVariable(v, fields, v in quantified)
 
     lists = frozenset(ctx.lists)
+    tables = ctx.table_shapes()
     key_sizes = set()
     for d in r.defines:
         var_fields = variables[d.var].fields if d.var in variables else all_fields
-        scope = ExpressionScope("condition", var_fields, stream_fields, variables, lists)
+        scope = ExpressionScope("condition", var_fields, stream_fields, variables, lists, tables)
         if d.condition is not None:
             t = ctx.types.expr_type(d.condition, scope)
             ctx.types.want_bool(t, d.condition, f"the condition of '{d.var}'")
@@ -92,7 +93,7 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
             r.skip,
         )
     if r.emit is not None:
-        scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists)
+        scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists, tables)
         ctx.check_items(r.emit, scope, "emit")
     ctx.check_notify(r)
 

@@ -49,7 +49,7 @@ from query_lang.compiler.evaluators import (
     referenced_fields,
 )
 from query_lang.compiler.kernels import BatchError
-from query_lang.compiler.resolve import CompileError, MatchContext, Scope, SearchHook
+from query_lang.compiler.resolve import CompileError, MatchContext, Scope, SearchHook, TableReader
 from query_lang.compiler.values import normalise_value, value_kind
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "MatchContext",
     "Scope",
     "SearchHook",
+    "TableReader",
     "compile_columnar_predicate",
     "compile_columns",
     "compile_expr",

@@ -19,6 +19,7 @@ from query_lang.ast import (
     InList,
     InValues,
     IsNull,
+    Lookup,
     Matches,
     Neg,
     Node,
@@ -75,7 +76,7 @@ class _ColumnCompiler:
 
     def compile(self, node: Expr) -> Callable[[_Batch], _Column]:
         if isinstance(node, Node) and not any(
-            isinstance(n, FieldRef | Search) for n in walk(node)
+            isinstance(n, FieldRef | Search | Lookup) for n in walk(node)
         ):
             # No field read: evaluate once with the row semantics, then broadcast.
             constant = _scalar_column(self.rows.compile(node)({}, None))

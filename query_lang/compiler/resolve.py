@@ -1,6 +1,6 @@
 """What an expression may name and what the names resolve to: the scope and match context it is
 compiled against, and the resolution of variables, functions, aggregates, operators, lists,
-search and regular expressions, with a :class:`CompileError` for anything that does not
+search, tables and regular expressions, with a :class:`CompileError` for anything that does not
 resolve.
 """
 
@@ -21,6 +21,7 @@ from query_lang.ast import (
     Expr,
     FieldRef,
     InList,
+    Lookup,
     Matches,
     Node,
     Prev,
@@ -64,6 +65,23 @@ class MatchContext(Protocol):
         """The n-th previous event of the partition (1 = the one before), or None."""
         ...
 
+    def time(self) -> int | None:
+        """The event time (ms) of the event whose fields are evaluated: what ``lookup`` reads
+        a table as of. None: unknown (lookups are null)."""
+        ...
+
+
+class TableReader(Protocol):
+    """A table ``lookup`` reads (supplied by the CEP engine): rows by key as of a time."""
+
+    def position(self, field: str) -> int:
+        """Where ``field`` sits in a row."""
+        ...
+
+    def as_of(self, key: tuple, ts: int) -> Sequence[Any] | None:
+        """The row of ``key`` as of event time ``ts``, or None."""
+        ...
+
 
 SearchHook = Callable[[str, SearchNode], Callable[[Any], bool]]
 
@@ -84,12 +102,15 @@ class Scope:
     search
         Given a field name and a parsed search query, returns a predicate over that field's
         (non-null) value; supplied by the percolator.
+    tables
+        Declared tables by name, each a :class:`TableReader` that ``lookup`` reads.
     """
 
     streams: frozenset[str] = frozenset()
     variables: frozenset[str] = frozenset()
     lists: Mapping[str, Container[Any]] = field(default_factory=dict)
     search: SearchHook | None = None
+    tables: Mapping[str, TableReader] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Accept any iterable of names (a list, a set) without letting a mutable one leak in.
@@ -183,14 +204,15 @@ def _is_aggregate(node: Node) -> bool:
 
 
 def _context_reads(expr: Expr, scope: Scope) -> list[Node]:
-    """Nodes of ``expr`` that read more than the current event (variables, prev, aggregates).
+    """Nodes of ``expr`` that read more than the current event (variables, prev, aggregates,
+    table lookups).
 
     The arguments of an aggregate are not searched: they are read from the bound events.
     """
     return [
         node
         for node in walk(expr, descend=lambda node: not _is_aggregate(node))
-        if isinstance(node, VarField | Prev)
+        if isinstance(node, VarField | Prev | Lookup)
         or (isinstance(node, FieldRef) and _is_variable_ref(node, scope))
         or _is_aggregate(node)
     ]
@@ -220,6 +242,16 @@ def _list_container(node: InList, scope: Scope) -> Container[Any]:
             node.span,
         )
     return container
+
+
+def _table_reader(node: Lookup, scope: Scope) -> TableReader:
+    table = scope.tables.get(node.table)
+    if table is None:
+        raise CompileError(
+            f"unknown table {node.table!r}; declared tables: {_names(frozenset(scope.tables))}",
+            node.span,
+        )
+    return table
 
 
 def _search_predicate(node: Search, scope: Scope) -> Callable[[Any], bool]:

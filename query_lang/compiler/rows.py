@@ -20,6 +20,7 @@ from query_lang.ast import (
     InValues,
     IsNull,
     Literal,
+    Lookup,
     Matches,
     Neg,
     Not,
@@ -42,6 +43,7 @@ from query_lang.compiler.resolve import (
     _scalar_function,
     _search_predicate,
     _span_of,
+    _table_reader,
 )
 from query_lang.compiler.values import (
     BOOL,
@@ -242,11 +244,33 @@ class _RowCompiler:
         return any_element
 
 
+    def _lookup(self, node: Lookup) -> RowEvaluator:
+        table = _table_reader(node, self.scope)
+        keys = tuple(self.compile(k) for k in node.keys)
+        position = None if node.field is None else table.position(node.field)
+        as_of = table.as_of
+
+        def lookup(event: Mapping[str, Any], ctx: MatchContext | None) -> Any:
+            at = None if ctx is None else ctx.time()
+            if at is None:
+                return None
+            key = tuple(k(event, ctx) for k in keys)
+            if None in key:
+                return None
+            row = as_of(key, at)
+            if row is None:
+                return None
+            # A row exists: the row itself only meets `is [not] null` (the checks see to it).
+            return True if position is None else normalise_value(row[position])
+
+        return lookup
+
+
 _ROW_METHODS: Mapping[type, str] = {
     Literal: "_literal", Duration: "_duration", FieldRef: "_fieldref", VarField: "_varfield",
     Prev: "_prev", Call: "_call", Search: "_search", BinOp: "_binop", BoolOp: "_boolop",
     Not: "_not", Neg: "_neg", InValues: "_invalues", InList: "_inlist", Between: "_between",
-    IsNull: "_isnull", Matches: "_matches", Quantified: "_quantified",
+    IsNull: "_isnull", Matches: "_matches", Quantified: "_quantified", Lookup: "_lookup",
 }
 
 

@@ -139,6 +139,49 @@ class DeclarationRules(NodeBuilder):
             str(name), values=tuple(self._string(v) for v in values), span=self._span(meta)
         )
 
+    def table(self, meta, children):
+        name, stream, *rest = children
+        keys = tuple(str(c) for c in rest if not isinstance(c, tuple))
+        options: dict = {}
+        for opt in rest:
+            if isinstance(opt, tuple):
+                key, value, where = opt
+                if key in options:
+                    raise self._error(
+                        VigilSyntaxError, f"table '{name}' sets '{key}' twice", where
+                    )
+                options[key] = value
+        op_field, vocabularies = options.get("op", (None, {}))
+        self._lay_out(meta)
+        return ast.TableDecl(
+            str(name),
+            str(stream),
+            keys,
+            op_field=op_field,
+            upsert=vocabularies.get("upsert", ()),
+            delete=vocabularies.get("delete", ()),
+            retain=options.get("retain"),
+            span=self._span(meta),
+        )
+
+    def op_option(self, meta, children):
+        field_name, *vocabularies = children
+        chosen: dict[str, tuple[str, ...]] = {}
+        for kind, values, where in vocabularies:
+            if kind in chosen:
+                raise self._error(VigilSyntaxError, f"op lists its '{kind}' values twice", where)
+            chosen[kind] = values
+        return ("op", (str(field_name), chosen), meta)
+
+    def op_upsert(self, meta, children):
+        return ("upsert", tuple(self._string(c) for c in children), meta)
+
+    def op_delete(self, meta, children):
+        return ("delete", tuple(self._string(c) for c in children), meta)
+
+    def retain_option(self, meta, children):
+        return ("retain", self._duration(children[0]), meta)
+
     def webhook(self, meta, children):
         name, url, *secrets = children
         self._lay_out(meta)

@@ -123,6 +123,8 @@ class ExpressionRules(NodeBuilder):
             return self._prev(args, span, meta)
         if lowered == "search":
             return self._search(args, span, meta)
+        if lowered == "lookup":
+            return self._lookup(args, None, span, meta)
         if lowered in ("first", "last"):
             raise self._error(
                 VigilSyntaxError,
@@ -156,10 +158,13 @@ class ExpressionRules(NodeBuilder):
         field_name = rest[-1]
         args = [a for a in rest[:-1] if a is not None]
         func = str(name).lower()
+        if func == "lookup":
+            return self._lookup(args, str(field_name), self._span(meta), meta)
         if func not in ("first", "last"):
             raise self._error(
                 VigilSyntaxError,
-                f"only first(v).field and last(v).field can be followed by '.', not {func}()",
+                "only first(v).field, last(v).field and lookup(table, key).field can be "
+                f"followed by '.', not {func}()",
                 meta,
             )
         if len(args) != 1 or not (
@@ -170,6 +175,15 @@ class ExpressionRules(NodeBuilder):
                 meta,
             )
         return ast.VarField(func, args[0].name, str(field_name), self._span(meta))
+
+    def _lookup(self, args, field_name, span, meta):
+        if len(args) < 2 or not (isinstance(args[0], ast.FieldRef) and args[0].qualifier is None):
+            raise self._error(
+                VigilSyntaxError,
+                "lookup() takes a table and its key, as in lookup(cards, card_id).home_country",
+                meta,
+            )
+        return ast.Lookup(args[0].name, tuple(args[1:]), field_name, span)
 
     def _prev(self, args, span, meta):
         if not args or len(args) > 2:
