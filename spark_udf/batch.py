@@ -67,6 +67,10 @@ of up to a millennium): the operator then runs its processors to end of input
 
 _MAX_TIMER_ROUNDS = 10_000
 
+TABLES_SLOT = "\x00tables"
+"""The slot of a bucket that holds the tables its processor's rules look up (:mod:`cep.tables`),
+beside the keys' slots (a key's text is JSON: it never starts with a NUL)."""
+
 
 @dataclass(frozen=True)
 class EventLayout:
@@ -369,6 +373,9 @@ def process_bucket(
     run.records.extend(dead_letter_record(letter) for letter in bad)
     times = _times_of(frame)
     late = np.array([t is not None and t < watermark_ms for t in times], dtype=bool)
+    opened = _open_tables(processor, bucket)
+    if opened is not None:
+        _apply_changes(processor, opened, events, times, watermark_ms, run)
     groups = _group_by_key(processor, events, times, late, watermark_ms, run,
                            filtered=filtered)
     run.keys = len(groups)
@@ -380,7 +387,72 @@ def process_bucket(
         )
         _collect(result, key, _seq_times(key_events, key_times), run.records)
         bucket.set(text, result.state, min(result.next_timer_ms, default=None))
+    _close_tables(opened, bucket, watermark_ms)
     return run
+
+
+def _open_tables(processor: KeyedProcessor, bucket: BucketState) -> tuple[Any, int] | None:
+    """The processor's tables loaded with this bucket's rows (the same objects its compiled
+    rules read), and the time up to which the bucket's events have read them."""
+    tables = getattr(processor, "tables", None)
+    if not tables:
+        return None
+    slot = bucket.keys.get(TABLES_SLOT)
+    released = tables.load_state(slot.state if slot is not None else None)
+    return tables, NO_WATERMARK if released is None else released
+
+
+def _close_tables(opened: tuple[Any, int] | None, bucket: BucketState, watermark_ms: int) -> None:
+    """Keep the bucket's tables: compacted, as read up to ``watermark_ms`` (events up to it
+    are released by now)."""
+    if opened is None:
+        return
+    tables, released = opened
+    released = max(released, watermark_ms)
+    tables.compact(released)
+    bucket.set(TABLES_SLOT, tables.to_state(released), None)
+
+
+def _apply_changes(
+    processor: KeyedProcessor,
+    opened: tuple[Any, int],
+    events: Sequence[dict[str, Any] | None],
+    times: Sequence[int | None],
+    watermark_ms: int,
+    run: BucketRun,
+) -> None:
+    """Apply the bucket's changelog rows to its tables before any key runs, as the embedded
+    engine applies each on arrival (:class:`cep.tables.Tables`); a row the rules do not read
+    themselves is reported here when it is late or invalid."""
+    tables, released = opened
+    streams = tables.streams
+    schemas = processor.schemas  # type: ignore[attr-defined]
+    wants = getattr(processor, "wants", lambda stream: False)
+    for event, time_ms in zip(events, times, strict=True):
+        stream = None if event is None else event.get(STREAM_COLUMN)
+        if stream not in streams:
+            continue
+        read = wants(stream)
+        if time_ms is not None and time_ms < watermark_ms:
+            if not read:
+                run.late += 1
+                run.records.append(_late_record(event, time_ms, watermark_ms, None, {}))
+            continue
+        seq = event.get(SEQ_COLUMN)
+        try:
+            change = schemas[stream].normalise(event, seq=seq, position=seq)
+        except BadEventError as exc:
+            if not read:
+                run.records.append(dead_letter_record(
+                    dead_letter(exc.reason, exc.detail, line=seq, stream=stream, event=event),
+                    time_ms=time_ms,
+                ))
+            continue
+        for error in tables.apply(change, released):
+            run.records.append(dead_letter_record(
+                dead_letter(error.reason, error.detail, line=seq, stream=stream, event=event),
+                time_ms=time_ms,
+            ))
 
 
 def fire_due_keys(
@@ -392,14 +464,17 @@ def fire_due_keys(
     end = watermark_ms >= END_OF_INPUT
     due = [
         (text, slot) for text, slot in bucket.keys.items()
-        if (slot.due_ms is not None and slot.due_ms <= watermark_ms) or end
+        if ((slot.due_ms is not None and slot.due_ms <= watermark_ms) or end)
+        and text != TABLES_SLOT
     ]
+    opened = _open_tables(processor, bucket) if due else None
     for text, slot in due:
         key = tuple(json.loads(text))
         timer = slot.due_ms if slot.due_ms is not None else watermark_ms
         result = processor.on_timer(key, slot.state, timer, watermark_ms)
         _collect(result, key, {}, records)
         bucket.set(text, result.state, min(result.next_timer_ms, default=None))
+    _close_tables(opened, bucket, watermark_ms)
     return records
 
 

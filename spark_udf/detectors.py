@@ -246,6 +246,11 @@ class PerKeyDetector(StatefulProcessor):
         self._handle = handle
         self._state = handle.getValueState("key", "data binary, key string")
         self._processor = resolve_processor(self._source)
+        if getattr(self._processor, "tables", None):
+            raise OperatorConfigError(
+                "the per-key layout keeps one key's state and no table: run a program with "
+                "tables in the bucketed layout (the default)"
+            )
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues

@@ -237,4 +237,7 @@ def needed_from_parsed(
             continue
         readers = [rule for rule in rules if stream in rule.streams]
         keep[rows[_taken(readers, normalised, stream)]] = True
+    tables = getattr(processor, "tables", None)
+    for stream in tables.streams if tables is not None else ():
+        keep[(stream_of_row == stream).to_numpy()] = True  # changes of the rules' tables
     return keep

@@ -11,11 +11,17 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from cep.engine import StandingQueries, load_declarations
-from cep.engine.program import add_declarations, compile_program_metric, compile_program_rule
+from cep.engine.program import (
+    add_declarations,
+    compile_program_metric,
+    compile_program_rule,
+    lookup_horizons,
+)
 from cep.events.event import StreamSchema
 from cep.events.time_bounds import DEFAULT_AHEAD_MS
 from cep.metrics.processor import MetricProcessor
 from cep.nfa.processor import RuleProcessor, key_signature
+from cep.tables import TableFeed, Tables
 from query_lang import ast
 from spark_udf.errors import OperatorConfigError
 from spark_udf.input_plan import ahead_of, clock_of, json_route, routed_layout
@@ -98,13 +104,19 @@ def processor_specs(
     # Loaded, checked and compiled as Engine.register does, in the same order, so a program
     # fails here with the embedded engine's errors; no Engine is built around it.
     declarations = load_declarations(program)
-    refuse_tables(declarations)
     streams, lists = add_declarations(declarations, {}, {}, ())
     rule_decls = [d for d in declarations if isinstance(d, ast.RuleDecl)]
     standing = [d for d in declarations if isinstance(d, ast.QueryDecl | ast.MetricDecl)]
     versions = versions or {}
+    tables = Tables()
+    for decl in declarations:
+        if isinstance(decl, ast.TableDecl):
+            tables.add(TableFeed(decl, streams[decl.stream]))
+    for name, horizon in lookup_horizons(rule_decls).items():
+        tables.widen(name, horizon)
     rules = [
-        compile_program_rule(decl, streams, lists, version=versions.get(decl.name, 1))
+        compile_program_rule(decl, streams, lists, version=versions.get(decl.name, 1),
+                             tables=tables.readers)
         for decl in rule_decls
     ]
     StandingQueries(lateness_ms).compile(standing, streams, lists)  # queries must compile too
@@ -122,6 +134,11 @@ def processor_specs(
         (RuleProcessor(group, streams, lateness_ms=lateness_ms), tuple(r.name for r in group))
         for group in by_signature.values()
     ]
+    decls = {d.name: d for d in rule_decls}
+    for processor, names in processors:
+        processor.tables = _partitioned_tables(
+            [decls[n] for n in names], processor, tables, streams
+        )
     for decl in metrics:
         metric = compile_program_metric(decl, streams, lists, lateness_ms=lateness_ms,
                                         version=versions.get(decl.name, 1))
@@ -133,28 +150,64 @@ def processor_specs(
     return specs, sorted(d.name for d in standing if isinstance(d, ast.QueryDecl))
 
 
-def refuse_tables(declarations: Sequence[ast.Declaration]) -> None:
-    """Tables (``table``, ``lookup``) run in the embedded engine only, for now: a program
-    with one is refused here rather than run with lookups that would all be null.
+def _partitioned_tables(
+    rules: Sequence[ast.RuleDecl],
+    processor: Any,
+    tables: Tables,
+    streams: Mapping[str, ast.StreamDecl],
+) -> Tables | None:
+    """The tables a processor's rules look up, kept in its buckets beside the keys: each
+    table's changelog rows are routed by the table's key as the rules' events are by theirs,
+    so the bucket of a key holds that key's rows. That needs every lookup to give the rule's
+    own key (``lookup(cards, card_id)`` in a rule ``by card_id``), of the same declared types.
 
     Raises
     ------
     OperatorConfigError
-        Naming the first table and where it is declared.
+        For a lookup by another key, naming it and where it is.
     """
-    for decl in declarations:
-        if isinstance(decl, ast.TableDecl):
-            where = f"{decl.span.file}:{decl.span.line}:{decl.span.column}"
-            raise OperatorConfigError(
-                f"{where}: table '{decl.name}': tables run in the embedded engine only so far "
-                "(vigil run --engine embedded); the Spark operator does not keep them yet"
+    used: dict[str, None] = {}
+    for rule in rules:
+        keyed = processor.key_fields
+        for node in ast.walk(rule):
+            if not isinstance(node, ast.Lookup):
+                continue
+            decl = next(f.decl for f in tables.feeds() if f.name == node.table)
+            given = tuple(k.name if isinstance(k, ast.FieldRef) and k.qualifier is None
+                          else None for k in node.keys)
+            own = {stream: tuple(fields) for stream, fields in keyed.items()}
+            same_types = all(
+                streams[s].field_type(f) == streams[decl.stream].field_type(k)
+                for s, fields in own.items() for f, k in zip(fields, decl.key, strict=False)
             )
+            if any(given != fields for fields in own.values()) or not same_types:
+                where = f"{node.span.file}:{node.span.line}:{node.span.column}"
+                key = ", ".join(sorted({", ".join(f) for f in own.values()})) or "nothing"
+                raise OperatorConfigError(
+                    f"{where}: rule '{rule.name}' looks up table '{node.table}' by "
+                    f"{', '.join(ast.print_expr(k) for k in node.keys)}, not by its own key "
+                    f"({key}, of the table key's types): the Spark operator keeps a table in "
+                    "the buckets of the key it is looked up by, so it runs lookups by the "
+                    "rule's key only so far (the embedded engine runs any)"
+                )
+            used[node.table] = None
+    return tables.subset(used) if used else None
 
 
 def _spec(
     processor: Any, names: tuple[str, ...], schemas: Mapping[str, StreamSchema]
 ) -> ProcessorSpec:
-    streams = sorted(processor.key_fields)
+    key_cols = {s: tuple(fields) for s, fields in processor.key_fields.items()}
+    tables = getattr(processor, "tables", None)
+    for feed in tables.feeds() if tables is not None else ():
+        # Changelog rows route by the table's key into the buckets of the rules' keys.
+        known = key_cols.setdefault(feed.decl.stream, tuple(feed.decl.key))
+        if known != tuple(feed.decl.key):
+            raise OperatorConfigError(
+                f"table '{feed.name}' is keyed by {', '.join(feed.decl.key)}, but rules of the "
+                f"same key read its stream '{feed.decl.stream}' by {', '.join(known)}"
+            )
+    streams = sorted(key_cols)
     time_cols = {}
     for stream in streams:
         field = schemas[stream].time_field
@@ -164,7 +217,7 @@ def _spec(
     return ProcessorSpec(
         processor=processor,
         rules=names,
-        key_cols={s: tuple(processor.key_fields[s]) for s in streams},
+        key_cols={s: key_cols[s] for s in streams},
         time_cols=time_cols,
         time_units={s: "ms" if schemas[s].epoch_unit_ms == 1 else "s" for s in streams},
         lateness_ms=max(schemas[s].lateness_ms for s in streams),

@@ -892,10 +892,10 @@ class Engine:
     def _pump(self) -> None:
         """Release what the watermark passed, dispatch it per key, then fire due timers."""
         watermark = self._watermark.current
-        if self._tables:
+        if self._tables and watermark != self._pumped:
             # Lookups from here on are at times after the watermark the last pump saw.
             self._tables.compact(self._pumped)
-            self._pumped = watermark
+        self._pumped = watermark
         released = self._buffer.release(watermark)
         outputs: list[dict[str, Any]] = []
         for block in self._route.release(watermark):

@@ -162,6 +162,12 @@ class RuleProcessor(KeyedProcessorBase):
         Let :meth:`run_batch` run rules that :func:`cep.nfa.strict.qualifies` as a column-wise scan
         (with the default runtime only); the result is the same either way.
 
+    Attributes
+    ----------
+    tables:
+        The tables the rules look up (``cep.tables.Tables``), for a caller that keeps their
+        state beside the keys' (the Spark operator); ``None`` when the rules read none.
+
     Examples
     --------
     >>> from query_lang import parse
@@ -199,6 +205,7 @@ class RuleProcessor(KeyedProcessorBase):
     ) -> None:
         if not rules:
             raise EngineError("a RuleProcessor needs at least one rule")
+        self.tables: Any = None
         signature = key_signature(rules[0])
         for rule in rules[1:]:
             if key_signature(rule) != signature:

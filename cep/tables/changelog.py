@@ -9,10 +9,12 @@ nothing and is reported (:class:`ChangeError`, a dead letter of the engine).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cep.errors import CheckpointError
 from cep.events.event import Event, EventReason
 from cep.events.watermark import iso_ms
 from cep.tables.versions import VersionedTable
@@ -131,7 +133,6 @@ class Tables:
     def __init__(self) -> None:
         self._feeds: dict[str, TableFeed] = {}
         self._by_stream: dict[str, list[TableFeed]] = {}
-        self._compacted_at: int | None = None
 
     def __len__(self) -> int:
         return len(self._feeds)
@@ -151,6 +152,18 @@ class Tables:
 
     def feeds(self) -> Iterable[TableFeed]:
         return self._feeds.values()
+
+    @property
+    def streams(self) -> frozenset[str]:
+        """The changelog streams feeding the tables."""
+        return frozenset(self._by_stream)
+
+    def subset(self, names: Iterable[str]) -> Tables:
+        """The tables named (the same objects: rules compiled against them read them)."""
+        part = Tables()
+        for name in names:
+            part.add(self._feeds[name])
+        return part
 
     def reads(self, stream: str) -> bool:
         """Whether rows of ``stream`` change some table."""
@@ -193,9 +206,6 @@ class Tables:
         """Collapse each table's versions that no lookup can tell apart any more: lookups
         happen at times ≥ the watermark (rules see events the watermark released, in time
         order), or up to a table's horizon behind it (``emit`` of a match fired late)."""
-        if self._compacted_at == watermark:
-            return
-        self._compacted_at = watermark
         for feed in self._feeds.values():
             feed.table.compact(watermark - feed.horizon_ms)
 
@@ -228,6 +238,42 @@ class Tables:
                 table.load(data)
                 out[name] = table
         return out
+
+    def to_state(self, released: int) -> bytes:
+        """The tables and ``released`` (the time up to which events have read them) as one
+        value: what the Spark operator keeps per bucket."""
+        body = {
+            "released": released,
+            "tables": {name: [identity, data.decode("utf-8")]
+                       for name, (identity, data) in self.snapshot().items()},
+        }
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    def load_state(self, data: bytes | None) -> int | None:
+        """Load what :meth:`to_state` gave (tables it lacks, or whose declaration changed,
+        start empty); the ``released`` time it holds (``None`` without state).
+
+        Raises
+        ------
+        cep.errors.CheckpointError
+            When the state cannot be read.
+        """
+        if not data:
+            self.adopt({name: VersionedTable(name, feed.table.fields)
+                        for name, feed in self._feeds.items()})
+            return None
+        try:
+            body = json.loads(data)
+            states = {name: (identity, text.encode("utf-8"))
+                      for name, (identity, text) in body["tables"].items()}
+            released = int(body["released"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CheckpointError(f"unreadable table state ({exc})") from exc
+        loaded = self.loaded(states)
+        for name, feed in self._feeds.items():
+            loaded.setdefault(name, VersionedTable(name, feed.table.fields))
+        self.adopt(loaded)
+        return released
 
     def adopt(self, tables: Mapping[str, VersionedTable]) -> None:
         """Take the versions of :meth:`loaded` tables."""

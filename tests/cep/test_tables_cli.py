@@ -65,7 +65,9 @@ def test_format_prints_the_table_back_and_explain_compiles_the_rule(tmp_path, ca
 
 def test_check_names_a_misused_lookup_with_its_place(tmp_path, capsys):
     rules = tmp_path / "bad.vigil"
-    rules.write_text(PROGRAM.replace("lookup(cards, card_id).home as", "lookup(card, card_id).home as"))
+    rules.write_text(
+        PROGRAM.replace("lookup(cards, card_id).home as", "lookup(card, card_id).home as")
+    )
     assert main(["check", str(rules)]) == 1
     err = capsys.readouterr().err
     assert f"{rules}:7:17" in err and "unknown table 'card' (tables: cards)" in err

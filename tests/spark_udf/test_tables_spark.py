@@ -1,0 +1,101 @@
+"""Tables on Spark: changelog rows route by the table's key into the buckets of the rules'
+keys, each bucket keeps its keys' rows as of each event time beside their state, and
+``run_spark`` reports what the embedded engine reports (matches and dead letters) over several
+micro-batches of changes and events out of order within the lateness."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from cep.engine.engine import Engine
+from spark_udf import read_outputs
+from spark_udf.errors import OperatorConfigError
+from spark_udf.rules import processor_specs
+from spark_udf.run import run_spark
+
+PROGRAM = """
+stream card_changes (card_id string, home string, limit float, op string, ts timestamp)
+  time ts unit ms lateness 20s
+stream payments (card_id string, country string, amount float, ts timestamp)
+  time ts unit ms lateness 20s
+table cards from card_changes key card_id op op
+
+rule abroad from payments by card_id
+  pattern a
+  define a as amount > 100 and country != lookup(cards, card_id).home
+  emit card_id, country, lookup(cards, card_id).home as home
+
+rule over_limit from payments by card_id
+  pattern a !b within 1m
+  define a as amount > lookup(cards, card_id).limit, b as amount < 1
+  emit card_id, lookup(cards, card_id).limit as lim
+"""
+BASE_MS = 1_767_225_600_000
+
+
+def _events(n: int, seed: int = 7) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        ts = BASE_MS + i * 1_000
+        card = f"c{rng.randrange(12)}"
+        if rng.random() < 0.35:
+            op = rng.choice(["c", "u", "u", "d", "zz"])
+            row = {"stream": "card_changes", "card_id": card, "home": rng.choice(["FR", "DE"]),
+                   "limit": rng.choice([150.0, 400.0, None]), "op": op, "ts": ts}
+            if rng.random() < 0.05:
+                del row["card_id"]
+        else:
+            row = {"stream": "payments", "card_id": card, "country": rng.choice(["FR", "DE"]),
+                   "amount": rng.choice([0.5, 50.0, 200.0, 500.0]), "ts": ts}
+        rows.append((ts + rng.randrange(15_000), i, row))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return [r for _, _, r in rows]
+
+
+@pytest.mark.slow
+def test_run_spark_with_a_table_equals_the_embedded_engine(spark, tmp_path) -> None:
+    rules = tmp_path / "cards.vigil"
+    rules.write_text(PROGRAM)
+    sample = _events(400)
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps(e) + "\n" for e in sample))
+    run_spark(str(rules), str(events), out=str(tmp_path / "out"),
+              dead_letter=str(tmp_path / "dead"), spark=spark, max_records_per_batch=100,
+              buckets=4)
+    engine = Engine()
+    engine.register(str(rules))
+    for event in sample:
+        engine.feed(event)
+    engine.close()
+    expected = engine.drain()
+    got = read_outputs(str(tmp_path / "out"))
+    assert {m["name"] for m in expected} == {"abroad", "over_limit"}
+    assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
+        json.dumps(m, sort_keys=True) for m in expected
+    )
+    dead = read_outputs(str(tmp_path / "dead"))
+    letters = engine.drain_dead_letters()
+    assert {d["reason"] for d in letters} >= {"unknown_op", "missing_key"}
+    assert sorted((d["reason"], d.get("detail")) for d in dead) == sorted(
+        (d["reason"], d.get("detail")) for d in letters
+    )
+
+
+def test_a_lookup_by_another_key_is_refused_naming_it() -> None:
+    program = PROGRAM.replace(
+        "rule abroad from payments by card_id", "rule abroad from payments by country"
+    )
+    with pytest.raises(OperatorConfigError, match=r"<string>:\d+:\d+: rule 'abroad' looks up "
+                       r"table 'cards' by card_id, not by its own key \(country"):
+        processor_specs(program)
+
+
+def test_the_processor_keeps_the_tables_its_rules_read() -> None:
+    specs, _ = processor_specs(PROGRAM)
+    (spec,) = specs
+    assert spec.key_cols == {"card_changes": ("card_id",), "payments": ("card_id",)}
+    assert [feed.name for feed in spec.processor.tables.feeds()] == ["cards"]
