@@ -640,14 +640,13 @@ class Engine:
             if self._tables.reads(name):
                 # Each change as fed alone: the events before it in the batch were released
                 # up to the watermark it met.
-                changes = self._schemas[name].events_from_frame(
-                    normalised, seqs[ok_rows], positions[ok_rows]
+                errors = self._tables.apply_frame(
+                    self._schemas[name], normalised, ts.tolist(), seqs[ok_rows].tolist(),
+                    np.maximum(met_here, self._pumped).tolist(),
                 )
-                for row, change, released in zip(
-                    ok_rows.tolist(), changes, met_here.tolist(), strict=True
-                ):
-                    for error in self._tables.apply(change, max(released, self._pumped)):
-                        self._change_letter(error, name, where.of(row))
+                rows = ok_rows.tolist()
+                for i, error in sorted(errors, key=lambda item: item[0]):
+                    self._change_letter(error, name, where.of(rows[i]))
             if name in self._route.streams:
                 fields = self._groups[self._route.streams[name]].processor.key_fields[name]
                 held = self._route.hold(

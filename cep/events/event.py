@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -781,6 +781,20 @@ class StreamSchema:
             np.where(np.isnan(times), 0, times).astype(np.int64), index=frame.index
         )
 
+    def column_values(self, frame: pd.DataFrame, names: Sequence[str]) -> list[list[Any]]:
+        """The values of fields ``names`` of rows already checked by :meth:`normalise_frame`,
+        one list per field, as :meth:`events_from_frame` puts them in the events' fields (a
+        field the frame lacks: nulls)."""
+        out = []
+        for name in names:
+            if name == self.time_field:
+                out.append(frame[name].to_numpy(dtype=np.int64).tolist())
+            elif name in frame.columns:
+                out.append(_column_values(frame[name]))
+            else:
+                out.append([None] * len(frame))
+        return out
+
     def events_from_frame(
         self, frame: pd.DataFrame, seqs: np.ndarray, positions: np.ndarray
     ) -> list[Event]:
@@ -876,8 +890,11 @@ def _column_values(column: pd.Series) -> list[Any]:
         if column.hasnans:
             return [plain_value(v) for v in column.tolist()]
         return column.to_numpy().tolist()
-    if pd.api.types.infer_dtype(column, skipna=False) == "string":
-        return column.tolist()  # plain str values, no null: nothing to convert
+    if pd.api.types.infer_dtype(column, skipna=True) == "string":
+        values = column.tolist()  # plain str values and nulls: only the nulls to convert
+        if column.hasnans:
+            return [v if type(v) is str else None for v in values]
+        return values
     return [plain_value(v) for v in column.tolist()]
 
 

@@ -10,12 +10,15 @@ nothing and is reported (:class:`ChangeError`, a dead letter of the engine).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from cep.errors import CheckpointError
-from cep.events.event import Event, EventReason
+from cep.events.event import Event, EventReason, StreamSchema
 from cep.events.watermark import iso_ms
 from cep.tables.versions import VersionedTable
 from query_lang import ast
@@ -98,26 +101,87 @@ class TableFeed:
         """
         key = tuple(fields.get(k) for k in self.key_fields)
         if None in key:
-            missing = [k for k, v in zip(self.key_fields, key, strict=True) if v is None]
-            raise ChangeError(
-                EventReason.MISSING_KEY,
-                f"table {self.name}: key field(s) {', '.join(missing)} missing or null",
-            )
+            raise self._missing(key)
         if self._op is not None:
             op = fields.get(self._op)
             lowered = op.lower() if isinstance(op, str) else None
             if lowered in self._delete:
                 return Change(key, None)
             if lowered not in self._upsert:
-                raise ChangeError(
-                    EventReason.UNKNOWN_OP,
-                    f"table {self.name}: op {op!r} is neither an upsert "
-                    f"({', '.join(self.decl.upsert_ops)}) nor a delete "
-                    f"({', '.join(self.decl.delete_ops)})",
-                )
+                raise self._unknown(op)
         if self._values and all(fields.get(f) is None for f in self._values):
             return Change(key, None)  # a tombstone
         return Change(key, tuple(fields.get(f) for f in self.table.fields))
+
+
+    def apply_columns(
+        self,
+        schema: StreamSchema,
+        frame: pd.DataFrame,
+        ts: Sequence[int],
+        seqs: Sequence[int],
+        released: Sequence[int],
+    ) -> list[tuple[int, ChangeError]]:
+        """:meth:`change` and apply, for a batch of accepted changelog rows: ``frame`` as
+        :meth:`StreamSchema.normalise_frame` left them (``schema`` reads their values); the
+        errors by row position."""
+        n = len(ts)
+        fields = self.table.fields
+        columns = dict(zip(fields, schema.column_values(frame, fields), strict=True))
+
+        def nulls(name: str) -> np.ndarray:
+            return np.array([v is None for v in columns[name]], dtype=bool)
+
+        late = np.asarray(ts, dtype=np.int64) <= np.asarray(released, dtype=np.int64)
+        keyless = np.zeros(n, dtype=bool)
+        for name in self.key_fields:
+            keyless |= nulls(name)
+        gone = np.ones(n, dtype=bool) if self._values else np.zeros(n, dtype=bool)
+        for name in self._values:
+            gone &= nulls(name)  # a tombstone: every value field null
+        unknown = np.zeros(n, dtype=bool)
+        ops: list[Any] = []
+        if self._op is not None:
+            (ops,) = schema.column_values(frame, [self._op])
+            lowered = [op.lower() if type(op) is str else None for op in ops]
+            deletes = np.array([op in self._delete for op in lowered], dtype=bool)
+            unknown = ~deletes & ~np.array([op in self._upsert for op in lowered], dtype=bool)
+            gone |= deletes
+        keys = list(zip(*(columns[k] for k in self.key_fields), strict=True))
+        bad = late | keyless | unknown
+        errors: list[tuple[int, ChangeError]] = []
+        for i in np.flatnonzero(bad).tolist():
+            if late[i]:
+                errors.append((i, self._late(ts[i], released[i])))
+            elif keyless[i]:
+                errors.append((i, self._missing(keys[i])))
+            else:
+                errors.append((i, self._unknown(ops[i])))
+        rows = list(zip(*columns.values(), strict=True))
+        self.table.apply_many(keys, ts, seqs, rows, np.flatnonzero(~bad).tolist(),
+                              gone.tolist())
+        return errors
+
+    def _late(self, ts: int, released: int) -> ChangeError:
+        return ChangeError(
+            EventReason.LATE,
+            f"table {self.name}: change at {iso_ms(ts)} came after the events up to "
+            f"{iso_ms(released)} had read the table",
+        )
+
+    def _missing(self, key: tuple) -> ChangeError:
+        missing = [k for k, v in zip(self.key_fields, key, strict=True) if v is None]
+        return ChangeError(
+            EventReason.MISSING_KEY,
+            f"table {self.name}: key field(s) {', '.join(missing)} missing or null",
+        )
+
+    def _unknown(self, op: Any) -> ChangeError:
+        return ChangeError(
+            EventReason.UNKNOWN_OP,
+            f"table {self.name}: op {op!r} is neither an upsert "
+            f"({', '.join(self.decl.upsert_ops)}) nor a delete ({', '.join(self.decl.delete_ops)})",
+        )
 
 
 class Tables:
@@ -188,10 +252,7 @@ class Tables:
         """
         feeds = self._by_stream.get(event.stream, ())
         if event.ts <= released:
-            detail = (f"change at {iso_ms(event.ts)} came after the events up to "
-                      f"{iso_ms(released)} had read the table")
-            return [ChangeError(EventReason.LATE, f"table {feed.name}: {detail}")
-                    for feed in feeds]
+            return [feed._late(event.ts, released) for feed in feeds]
         errors = []
         for feed in feeds:
             try:
@@ -200,6 +261,21 @@ class Tables:
                 errors.append(exc)
                 continue
             feed.table.apply(change.key, event.ts, event.seq, change.row)
+        return errors
+
+    def apply_frame(
+        self,
+        schema: StreamSchema,
+        frame: pd.DataFrame,
+        ts: Sequence[int],
+        seqs: Sequence[int],
+        released: Sequence[int],
+    ) -> list[tuple[int, ChangeError]]:
+        """:meth:`apply` for a batch of accepted rows of a stream, column-wise
+        (:meth:`TableFeed.apply_columns`): the errors by row position, in table order."""
+        errors: list[tuple[int, ChangeError]] = []
+        for feed in self._by_stream.get(schema.name, ()):
+            errors.extend(feed.apply_columns(schema, frame, ts, seqs, released))
         return errors
 
     def compact(self, watermark: int) -> None:

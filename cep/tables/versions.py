@@ -82,6 +82,29 @@ class VersionedTable:
         bisect.insort(versions, version, key=_order)
         self._busy.add(key)
 
+    def apply_many(
+        self,
+        keys: Sequence[tuple],
+        ts: Sequence[int],
+        seqs: Sequence[int],
+        rows: Sequence[tuple],
+        positions: Iterable[int],
+        deletes: Sequence[bool],
+    ) -> None:
+        """:meth:`apply` at each of ``positions`` (in order): ``rows[i]``, or a delete where
+        ``deletes[i]``."""
+        held = self._rows
+        apply = self.apply
+        count = 0
+        for i in positions:
+            key = keys[i]
+            if not deletes[i] and key not in held:
+                held[key] = (ts[i], seqs[i], rows[i])  # a key's first row: nothing to order
+                count += 1
+            else:
+                apply(key, ts[i], seqs[i], None if deletes[i] else rows[i])
+        self.changes += count
+
     def as_of(self, key: tuple, ts: int) -> tuple | None:
         """The row of ``key`` as of event time ``ts``: the newest change with time ≤ ``ts``
         (``None`` when there is none, or it is a delete)."""
