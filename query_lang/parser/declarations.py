@@ -49,6 +49,18 @@ class DeclarationRules(NodeBuilder):
                 lines.append((key, 0, at.line, at.end_line))
         return lines
 
+    def _options(self, children, owner: str) -> dict:
+        """The ``(key, value, meta)`` options among a declaration's children, each at most
+        once."""
+        options: dict = {}
+        for opt in children:
+            if isinstance(opt, tuple):
+                key, value, where = opt
+                if key in options:
+                    raise self._error(VigilSyntaxError, f"{owner} sets '{key}' twice", where)
+                options[key] = value
+        return options
+
     def include(self, meta, children):
         self._lay_out(meta)
         return ast.Include(self._string(children[0]), self._span(meta))
@@ -56,15 +68,7 @@ class DeclarationRules(NodeBuilder):
     def stream(self, meta, children):
         name, *rest = children
         fields = tuple(c for c in rest if isinstance(c, ast.FieldDecl))
-        options: dict = {}
-        for opt in rest:
-            if isinstance(opt, tuple):
-                key, value, where = opt
-                if key in options:
-                    raise self._error(
-                        VigilSyntaxError, f"stream '{name}' sets '{key}' twice", where
-                    )
-                options[key] = value
+        options = self._options(rest, f"stream '{name}'")
         time_field, time_unit, time_sources = options.get("time", (None, None, ()))
         span = self._span(meta)
         option_lines = [self._span(opt[2]).line for opt in rest if isinstance(opt, tuple)]
@@ -142,15 +146,7 @@ class DeclarationRules(NodeBuilder):
     def table(self, meta, children):
         name, stream, *rest = children
         keys = tuple(str(c) for c in rest if not isinstance(c, tuple))
-        options: dict = {}
-        for opt in rest:
-            if isinstance(opt, tuple):
-                key, value, where = opt
-                if key in options:
-                    raise self._error(
-                        VigilSyntaxError, f"table '{name}' sets '{key}' twice", where
-                    )
-                options[key] = value
+        options = self._options(rest, f"table '{name}'")
         op_field, vocabularies = options.get("op", (None, {}))
         self._lay_out(meta)
         return ast.TableDecl(

@@ -63,3 +63,28 @@ def write_jsonl(path: str, events: list[dict[str, Any]], order: int = 0) -> None
 def ids(rows: list[dict[str, Any]]) -> Counter:
     """Multiset of (name, match_id): what equivalence compares."""
     return Counter((r["name"], r["match_id"]) for r in rows)
+
+
+def run_both(spark: Any, tmp_path: Any, program: str, sample: list[dict[str, Any]],
+             name: str = "program.vigil") -> tuple[Any, list[dict], list[dict]]:
+    """``program`` over ``sample`` with ``run_spark`` (micro-batches of 100 rows, 4 buckets)
+    and with the embedded engine fed row by row: the closed engine, and Spark's matches and
+    dead letters."""
+    from cep.engine.engine import Engine
+    from spark_udf import read_outputs
+    from spark_udf.run import run_spark
+
+    rules = tmp_path / name
+    rules.write_text(program)
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps(e) + "\n" for e in sample))
+    run_spark(str(rules), str(events), out=str(tmp_path / "out"),
+              dead_letter=str(tmp_path / "dead"), spark=spark, max_records_per_batch=100,
+              buckets=4)
+    engine = Engine()
+    engine.register(str(rules))
+    for event in sample:
+        engine.feed(event)
+    engine.close()
+    return engine, read_outputs(str(tmp_path / "out")), read_outputs(str(tmp_path / "dead"))
+

@@ -9,16 +9,13 @@ import random
 
 import pyarrow as pa
 import pytest
-from spark_support import ids
+from spark_support import ids, run_both
 
-from cep.engine.engine import Engine
-from spark_udf import read_outputs
 from spark_udf.batch import SEQ_COLUMN, TIME_COLUMN
 from spark_udf.errors import OperatorConfigError
 from spark_udf.packing import unpack_tables
 from spark_udf.routing import MAX_TIME_COLUMN, route_batches
 from spark_udf.rules import detect_specs, processor_specs, route_specs
-from spark_udf.run import run_spark
 from spark_udf.sources import read_jsonl
 
 PROGRAM = """
@@ -136,34 +133,20 @@ def _events(n: int) -> list[dict]:
 
 @pytest.mark.slow
 def test_run_spark_equals_the_embedded_engine(spark, tmp_path) -> None:
-    rules = tmp_path / "app.vigil"
-    rules.write_text(PROGRAM)
-    events = tmp_path / "events.jsonl"
-    sample = _events(300)
-    events.write_text("".join(json.dumps(e) + "\n" for e in sample))
-    run_spark(str(rules), str(events), out=str(tmp_path / "out"),
-              dead_letter=str(tmp_path / "dead"), spark=spark, max_records_per_batch=100,
-              buckets=4)
-    engine = Engine()
-    engine.register(str(rules))
-    for event in sample:
-        engine.feed(event)
-    engine.close()
+    engine, got, dead = run_both(spark, tmp_path, PROGRAM, _events(300), "app.vigil")
     expected = engine.drain()
-    got = read_outputs(str(tmp_path / "out"))
     assert len(expected) > 5 and engine.stats.uncorrected > 0 and engine.stats.late > 0
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
     )
     assert ids(got) == ids(expected)
-    dead = read_outputs(str(tmp_path / "dead"))
     assert sorted(d["reason"] for d in dead) == sorted(
         d["reason"] for d in engine.drain_dead_letters()
     )
     # with the shared static file reader the refusal names the stream
     with pytest.raises(OperatorConfigError, match="stream 'app'"):
-        detect_specs(read_jsonl(spark, str(events), streaming=False),
-                     processor_specs(str(rules))[0])
+        detect_specs(read_jsonl(spark, str(tmp_path / "events.jsonl"), streaming=False),
+                     processor_specs(str(tmp_path / "app.vigil"))[0])
 
 
 @pytest.mark.slow
@@ -171,30 +154,17 @@ def test_run_spark_with_another_stream_equals_the_embedded_engine(spark, tmp_pat
     """Several micro-batches of a clock-corrected stream and another one: the other
     processor's rows must not see the devices' clocks (one phone is five hours ahead), or
     the watermark would run ahead and later events be late on Spark only."""
-    rules = tmp_path / "two.vigil"
-    rules.write_text(TWO)
     sample = []
     for i, event in enumerate(_events(200)):
         sample.append({"stream": "app", **event})
         sample.append({"stream": "txn", "card": f"c{i % 7}", "amount": 50.0 + (i % 5) * 40,
                        "ts": event["received_at"]})
-    events = tmp_path / "events.jsonl"
-    events.write_text("".join(json.dumps(e) + "\n" for e in sample))
-    run_spark(str(rules), str(events), out=str(tmp_path / "out"),
-              dead_letter=str(tmp_path / "dead"), spark=spark, max_records_per_batch=100,
-              buckets=4)
-    engine = Engine()
-    engine.register(str(rules))
-    for event in sample:
-        engine.feed(event)
-    engine.close()
+    engine, got, dead = run_both(spark, tmp_path, TWO, sample, "two.vigil")
     expected = engine.drain()
-    got = read_outputs(str(tmp_path / "out"))
     assert {m["name"] for m in expected} == {"big", "login_buy"}
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
     )
-    dead = read_outputs(str(tmp_path / "dead"))
     assert sorted(d["reason"] for d in dead) == sorted(
         d["reason"] for d in engine.drain_dead_letters()
     )

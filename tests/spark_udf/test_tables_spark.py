@@ -9,12 +9,10 @@ import json
 import random
 
 import pytest
+from spark_support import run_both
 
-from cep.engine.engine import Engine
-from spark_udf import read_outputs
 from spark_udf.errors import OperatorConfigError
 from spark_udf.rules import processor_specs
-from spark_udf.run import run_spark
 
 PROGRAM = """
 stream card_changes (card_id string, home string, limit float, op string, ts timestamp)
@@ -58,26 +56,12 @@ def _events(n: int, seed: int = 7) -> list[dict]:
 
 @pytest.mark.slow
 def test_run_spark_with_a_table_equals_the_embedded_engine(spark, tmp_path) -> None:
-    rules = tmp_path / "cards.vigil"
-    rules.write_text(PROGRAM)
-    sample = _events(400)
-    events = tmp_path / "events.jsonl"
-    events.write_text("".join(json.dumps(e) + "\n" for e in sample))
-    run_spark(str(rules), str(events), out=str(tmp_path / "out"),
-              dead_letter=str(tmp_path / "dead"), spark=spark, max_records_per_batch=100,
-              buckets=4)
-    engine = Engine()
-    engine.register(str(rules))
-    for event in sample:
-        engine.feed(event)
-    engine.close()
+    engine, got, dead = run_both(spark, tmp_path, PROGRAM, _events(400), "cards.vigil")
     expected = engine.drain()
-    got = read_outputs(str(tmp_path / "out"))
     assert {m["name"] for m in expected} == {"abroad", "over_limit"}
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
     )
-    dead = read_outputs(str(tmp_path / "dead"))
     letters = engine.drain_dead_letters()
     assert {d["reason"] for d in letters} >= {"unknown_op", "missing_key"}
     assert sorted((d["reason"], d.get("detail")) for d in dead) == sorted(
