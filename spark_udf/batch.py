@@ -68,8 +68,10 @@ of up to a millennium): the operator then runs its processors to end of input
 _MAX_TIMER_ROUNDS = 10_000
 
 TABLES_SLOT = "\x00tables"
-"""The slot of a bucket that holds the tables its processor's rules look up (:mod:`cep.tables`),
-beside the keys' slots (a key's text is JSON: it never starts with a NUL)."""
+"""The slot of a bucket that says which tables its processor's rules look up
+(:mod:`cep.tables`) and up to when they were read; each table key's versions have a slot of
+their own, this name, the table's and the key's text (a rule key's text is JSON: it never
+starts with a NUL)."""
 
 
 @dataclass(frozen=True)
@@ -391,26 +393,42 @@ def process_bucket(
     return run
 
 
+def _table_slot(table: str, key: tuple) -> str:
+    return f"{TABLES_SLOT}{table}\x00{key_text(key)}"
+
+
 def _open_tables(processor: KeyedProcessor, bucket: BucketState) -> tuple[Any, int] | None:
-    """The processor's tables loaded with this bucket's rows (the same objects its compiled
-    rules read), and the time up to which the bucket's events have read them."""
+    """The processor's tables reading this bucket's keys (the same objects its compiled rules
+    read: each key's versions are read from its slot when first needed), and the time up to
+    which the bucket's events have read them."""
     tables = getattr(processor, "tables", None)
     if not tables:
         return None
-    slot = bucket.keys.get(TABLES_SLOT)
-    released = tables.load_state(slot.state if slot is not None else None)
+    header = bucket.keys.get(TABLES_SLOT)
+
+    def fetch(table: str, key: tuple) -> bytes | None:
+        slot = bucket.keys.get(_table_slot(table, key))
+        return None if slot is None else slot.state
+
+    released, stale = tables.bind(None if header is None else header.state, fetch)
+    for table in stale:  # a table declared otherwise since: its stored keys no longer hold
+        prefix = f"{TABLES_SLOT}{table}\x00"
+        for text in [t for t in bucket.keys if t.startswith(prefix)]:
+            bucket.set(text, None, None)
     return tables, NO_WATERMARK if released is None else released
 
 
 def _close_tables(opened: tuple[Any, int] | None, bucket: BucketState, watermark_ms: int) -> None:
-    """Keep the bucket's tables: compacted, as read up to ``watermark_ms`` (events up to it
-    are released by now)."""
+    """Write back the keys the call changed (compacted: events up to ``watermark_ms`` are
+    released by now) and the time the tables are read up to."""
     if opened is None:
         return
     tables, released = opened
     released = max(released, watermark_ms)
     tables.compact(released)
-    bucket.set(TABLES_SLOT, tables.to_state(released), None)
+    for table, key, data in tables.changed():
+        bucket.set(_table_slot(table, key), data, None)
+    bucket.set(TABLES_SLOT, tables.header(released), None)
 
 
 def _apply_changes(
@@ -465,7 +483,7 @@ def fire_due_keys(
     due = [
         (text, slot) for text, slot in bucket.keys.items()
         if ((slot.due_ms is not None and slot.due_ms <= watermark_ms) or end)
-        and text != TABLES_SLOT
+        and not text.startswith(TABLES_SLOT)
     ]
     opened = _open_tables(processor, bucket) if due else None
     for text, slot in due:

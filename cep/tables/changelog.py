@@ -10,7 +10,7 @@ nothing and is reported (:class:`ChangeError`, a dead letter of the engine).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,41 +315,49 @@ class Tables:
                 out[name] = table
         return out
 
-    def to_state(self, released: int) -> bytes:
-        """The tables and ``released`` (the time up to which events have read them) as one
-        value: what the Spark operator keeps per bucket."""
-        body = {
-            "released": released,
-            "tables": {name: [identity, data.decode("utf-8")]
-                       for name, (identity, data) in self.snapshot().items()},
-        }
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    def bind(
+        self, header: bytes | None, fetch: Callable[[str, tuple], bytes | None]
+    ) -> tuple[int | None, list[str]]:
+        """Read each table's keys lazily from a store (``fetch(table, key)``: the bytes
+        :meth:`changed` gave for them), as the Spark operator keeps them, one value per key
+        beside the rules' keys. ``header`` is what :meth:`header` wrote with them.
 
-    def load_state(self, data: bytes | None) -> int | None:
-        """Load what :meth:`to_state` gave (tables it lacks, or whose declaration changed,
-        start empty); the ``released`` time it holds (``None`` without state).
+        Returns the time up to which events have read the tables (None: never), and the
+        tables whose declaration changed since the header was written (their stored keys are
+        stale: the caller drops them; the tables start empty).
 
         Raises
         ------
         cep.errors.CheckpointError
-            When the state cannot be read.
+            When the header cannot be read.
         """
-        if not data:
-            self.adopt({name: VersionedTable(name, feed.table.fields)
-                        for name, feed in self._feeds.items()})
-            return None
-        try:
-            body = json.loads(data)
-            states = {name: (identity, text.encode("utf-8"))
-                      for name, (identity, text) in body["tables"].items()}
-            released = int(body["released"])
-        except (ValueError, TypeError, KeyError) as exc:
-            raise CheckpointError(f"unreadable table state ({exc})") from exc
-        loaded = self.loaded(states)
+        released, identities = None, {}
+        if header:
+            try:
+                body = json.loads(header)
+                released, identities = int(body["released"]), dict(body["tables"])
+            except (ValueError, TypeError, KeyError) as exc:
+                raise CheckpointError(f"unreadable table state ({exc})") from exc
+        stale = [name for name, identity in identities.items()
+                 if name not in self._feeds or identity != self.identity(name)]
         for name, feed in self._feeds.items():
-            loaded.setdefault(name, VersionedTable(name, feed.table.fields))
-        self.adopt(loaded)
-        return released
+            if name in stale:
+                feed.table.bind(lambda key: None)  # starts empty; its keys are written anew
+            else:
+                feed.table.bind(lambda key, name=name: fetch(name, key))
+        return released, stale
+
+    def header(self, released: int) -> bytes:
+        """What :meth:`bind` reads back: ``released`` and each table's identity."""
+        body = {"released": released,
+                "tables": {name: self.identity(name) for name in self._feeds}}
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    def changed(self) -> Iterable[tuple[str, tuple, bytes | None]]:
+        """``(table, key, bytes or None)`` of every key changed since :meth:`bind`."""
+        for name, feed in self._feeds.items():
+            for key, data in feed.table.changed():
+                yield name, key, data
 
     def adopt(self, tables: Mapping[str, VersionedTable]) -> None:
         """Take the versions of :meth:`loaded` tables."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cep.errors import CheckpointError
 
-__all__ = ["VersionedTable"]
+__all__ = ["VersionedTable", "decode_versions", "encode_versions"]
 
 _STATE_FORMAT = 1
 
@@ -43,7 +43,8 @@ class VersionedTable:
     [(5000, 1, ('c1', 'DE')), (9000, 2, None)]
     """
 
-    __slots__ = ("name", "fields", "_positions", "_rows", "_busy", "changes")
+    __slots__ = ("name", "fields", "_positions", "_rows", "_busy", "changes", "_fetch",
+                 "_fetched", "_dirty")
 
     def __init__(self, name: str, fields: Sequence[str]) -> None:
         self.name = name
@@ -54,6 +55,10 @@ class VersionedTable:
         # keys holding more than one version or a delete: what compaction visits
         self._busy: set[tuple] = set()
         self.changes = 0
+        # bound to a store of keys (bind): how a key not held is read, keys read, keys changed
+        self._fetch: Callable[[tuple], bytes | None] | None = None
+        self._fetched: set[tuple] = set()
+        self._dirty: set[tuple] = set()
 
     def __len__(self) -> int:
         """Keys with at least one version (a deleted key counts until compaction drops it)."""
@@ -67,7 +72,9 @@ class VersionedTable:
         """Record a change: ``row`` from ``ts`` on (``None``: the key deleted from ``ts``)."""
         self.changes += 1
         version = (ts, seq, row)
-        held = self._rows.get(key)
+        held = self._held(key)
+        if self._fetch is not None:
+            self._dirty.add(key)
         if held is None:
             if row is not None:
                 self._rows[key] = version
@@ -96,6 +103,10 @@ class VersionedTable:
         held = self._rows
         apply = self.apply
         count = 0
+        if self._fetch is not None:  # keys come from the store: each through apply
+            for i in positions:
+                apply(keys[i], ts[i], seqs[i], None if deletes[i] else rows[i])
+            return
         for i in positions:
             key = keys[i]
             if not deletes[i] and key not in held:
@@ -108,7 +119,7 @@ class VersionedTable:
     def as_of(self, key: tuple, ts: int) -> tuple | None:
         """The row of ``key`` as of event time ``ts``: the newest change with time ≤ ``ts``
         (``None`` when there is none, or it is a delete)."""
-        held = self._rows.get(key)
+        held = self._held(key)
         if held is None:
             return None
         if type(held) is tuple:
@@ -130,6 +141,8 @@ class VersionedTable:
         ``limit`` only the newest stays (and none when it is a delete)."""
         done = []
         rows = self._rows
+        if self._fetch is not None:
+            self._dirty.update(self._busy)
         for key in self._busy:
             held = rows[key]
             if type(held) is tuple:  # a lone delete
@@ -155,6 +168,38 @@ class VersionedTable:
         versions = sum(1 if type(v) is tuple else len(v) for v in self._rows.values())
         return len(self._rows), versions
 
+    # ---------------------------------------------------------------- a store of keys
+
+    def bind(self, fetch: Callable[[tuple], bytes | None] | None) -> None:
+        """Hold nothing, and read each key's versions from ``fetch(key)`` (bytes of
+        :func:`encode_versions`, or None) the first time it is needed — a store where most
+        keys are not touched (the Spark operator's bucket). ``None``: hold everything, as
+        before. :meth:`changed` then says what to write back."""
+        self._rows, self._busy = {}, set()
+        self._fetch = fetch
+        self._fetched, self._dirty = set(), set()
+
+    def changed(self) -> list[tuple[tuple, bytes | None]]:
+        """Since :meth:`bind`: each key changed (or compacted) and its versions' new bytes
+        (None: the key holds nothing any more)."""
+        out = []
+        for key in self._dirty:
+            held = self._rows.get(key)
+            out.append((key, None if held is None else encode_versions(
+                [held] if type(held) is tuple else held)))
+        return out
+
+    def _held(self, key: tuple) -> Any:
+        held = self._rows.get(key)
+        if held is None and self._fetch is not None and key not in self._fetched:
+            self._fetched.add(key)
+            data = self._fetch(key)
+            if data:
+                for ts, seq, row in decode_versions(data):
+                    self._restore(key, ts, seq, row)
+                held = self._rows.get(key)
+        return held
+
     # ---------------------------------------------------------------- state
 
     def to_bytes(self) -> bytes:
@@ -169,8 +214,7 @@ class VersionedTable:
 
     def load(self, data: bytes | None) -> None:
         """Replace the versions with those of :meth:`to_bytes` (nothing: empty)."""
-        self._rows = {}
-        self._busy = set()
+        self.bind(None)
         if not data:
             return
         try:
@@ -189,6 +233,7 @@ class VersionedTable:
     def adopt(self, other: VersionedTable) -> None:
         """Take ``other``'s versions (loaded apart, so that a failed load changes nothing);
         the rules compiled against this table keep reading it."""
+        self.bind(None)
         self._rows, self._busy = other._rows, other._busy
         other._rows, other._busy = {}, set()
 
@@ -202,6 +247,35 @@ class VersionedTable:
         versions.append(version)
         self._rows[key] = versions
         self._busy.add(key)
+
+
+def encode_versions(versions: Sequence[tuple]) -> bytes:
+    """One key's versions as bytes (UTF-8 JSON ``[[ts, seq, row or null], ...]``).
+
+    Examples
+    --------
+    >>> decode_versions(encode_versions([(1, 0, ("c1", "FR")), (2, 1, None)]))
+    [(1, 0, ('c1', 'FR')), (2, 1, None)]
+    """
+    return json.dumps(
+        [[v[0], v[1], None if v[2] is None else list(v[2])] for v in versions],
+        separators=(",", ":"), ensure_ascii=False,
+    ).encode("utf-8")
+
+
+def decode_versions(data: bytes) -> list[tuple]:
+    """Inverse of :func:`encode_versions`.
+
+    Raises
+    ------
+    cep.errors.CheckpointError
+        When the bytes are not such versions.
+    """
+    try:
+        return [(int(ts), int(seq), None if row is None else tuple(row))
+                for ts, seq, row in json.loads(data)]
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"unreadable table versions ({exc})") from exc
 
 
 def _order(version: tuple) -> tuple:
