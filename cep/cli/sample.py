@@ -62,6 +62,8 @@ class Planted:
     brute_force_success: list[str] = field(default_factory=list)
     breach_watch: list[str] = field(default_factory=list)
     new_card_checkout: list[str] = field(default_factory=list)
+    card_testing_abroad: list[str] = field(default_factory=list)
+    watched_merchant_sale: list[str] = field(default_factory=list)
 
 
 def _iso(t: datetime) -> str:
@@ -246,9 +248,11 @@ def generate(n_events: int, seed: int = 7) -> tuple[list[dict], Planted]:
     for i in range(1, len(out)):
         if rng.random() < 0.02 and (times[i] - times[i - 1]).total_seconds() < 5:
             out[i - 1], out[i] = out[i], out[i - 1]
-    # The mobile app's events come last, from their own generator, so that adding them left
-    # every other stream's events as they were.
-    return merge_arrivals(out, times, mobile_app(n_events, seed, span, planted)), planted
+    # The mobile app's events and the tables' changelogs come last, each from its own
+    # generator, so that adding them left every other stream's events as they were.
+    more = mobile_app(n_events, seed, span, planted)
+    more += changelogs(n_events, seed, span, planted, home)
+    return merge_arrivals(out, times, more), planted
 
 
 #: Device clock skews of the mobile app's phones: most right, some minutes or hours off.
@@ -293,6 +297,107 @@ def mobile_app(
         add(user, base + timedelta(seconds=70), behind, action="checkout",
             amount=round(rng.uniform(1500, 4000), 2))
         planted.new_card_checkout.append(user)
+    return found
+
+
+#: The country of each city the background cards live in.
+COUNTRY = {"new_york": "US", "chicago": "US", "london": "GB", "tokyo": "JP", "sydney": "AU",
+           "paris": "FR"}
+#: The merchant the risk team puts on its watch list for a while (no background sale there).
+WATCHED_MERCHANT = "gold_exchange_24"
+
+
+def changelogs(
+    n_events: int, seed: int, span: timedelta, planted: Planted, home: dict[str, str]
+) -> list[tuple[datetime, dict]]:
+    """The changelog streams of the example tables, with the sales that read them, as (time,
+    event). ``card_changes``: a snapshot (``r``) of every card's home country before the day
+    starts, then moves (``u``) and a closed card (``d``) during it. ``merchant_changes``: a
+    snapshot of the merchants, none watched, then one put on the watch list and taken off.
+    Planted: probe charges then a large purchase abroad on a card whose home is FR (it moves
+    to GB half an hour later, so only the table as of the purchase says FR), and a large sale
+    at the watched merchant while it is watched. Not matching: a card that moved to GB just
+    before its probes and purchase there, and large sales at the merchant before it is
+    watched and after it is taken off."""
+    rng = random.Random(seed * 1000 + 26)
+    found: list[tuple[datetime, dict]] = []
+    cards = list(home)
+
+    def add(stream: str, t: datetime, **fields) -> None:
+        found.append((t, {"stream": stream, **fields, "ts": _iso(t)}))
+
+    def card_change(t: datetime, card: str, country: str | None, op: str) -> None:
+        add("card_changes", t, card_id=card, home_country=country, op=op)
+
+    def txn(t: datetime, card: str, amount: float, merchant: str, city: str) -> None:
+        lat, lon = CITIES[city]
+        add("txn", t, card_id=card, amount=amount, merchant=merchant,
+            country=COUNTRY[city], lat=lat, lon=lon)
+
+    def new_card() -> str:
+        return f"4{rng.randrange(10**14, 10**15):015d}"
+
+    snapshot = START - timedelta(minutes=1)
+    plant = max(1, n_events // 2000)
+    abroad = [new_card() for _ in range(plant)]
+    moved = [new_card() for _ in range(plant)]
+    for card in cards:
+        card_change(snapshot, card, COUNTRY[home[card]], "r")
+    for card in planted.card_testing:
+        card_change(snapshot, card, "US", "r")
+    for card in abroad:
+        card_change(snapshot, card, "FR", "r")
+    for card in moved:
+        card_change(snapshot, card, "US", "r")
+
+    # background: some customers move, one closes a card
+    for _ in range(max(3, len(cards) // 15)):
+        card = rng.choice(cards)
+        country = rng.choice(sorted(set(COUNTRY.values()) - {COUNTRY[home[card]]}))
+        card_change(START + span * rng.uniform(0.05, 0.95), card, country, "u")
+    card_change(START + span * rng.uniform(0.85, 0.95), rng.choice(cards), None, "d")
+
+    for p in range(plant):
+        # a card at home in France: probes, then a large purchase in London, all at one
+        # London shop (so the card_testing rule, which wants another merchant, stays quiet)
+        base = START + span * rng.uniform(0.1, 0.6)
+        probes = rng.randint(3, 4)
+        for k in range(probes):
+            txn(base + timedelta(seconds=40 * k), abroad[p], round(rng.uniform(0.10, 0.95), 2),
+                "london_gadgets", "london")
+        big = base + timedelta(seconds=40 * probes + 60)
+        txn(big, abroad[p], round(rng.uniform(800, 3000), 2), "london_gadgets", "london")
+        card_change(big + timedelta(minutes=30), abroad[p], "GB", "u")  # moved, later
+        planted.card_testing_abroad.append(abroad[p])
+
+        # the same pattern on a card whose customer reported a move to London minutes before:
+        # at home there by then
+        base = START + span * rng.uniform(0.1, 0.6)
+        card_change(base, moved[p], "GB", "u")
+        for k in range(3):
+            txn(base + timedelta(minutes=5, seconds=40 * k), moved[p],
+                round(rng.uniform(0.10, 0.95), 2), "london_gadgets", "london")
+        txn(base + timedelta(minutes=7), moved[p], round(rng.uniform(800, 3000), 2),
+            "london_gadgets", "london")
+
+    # the merchants, none watched; one goes on the watch list and comes off it later
+    for merchant in [*MERCHANTS, WATCHED_MERCHANT]:
+        add("merchant_changes", snapshot, merchant=merchant, watched=False, reason=None, op="r")
+    watched = START + span * rng.uniform(0.25, 0.4)
+    cleared = watched + span * rng.uniform(0.3, 0.4)
+    add("merchant_changes", watched, merchant=WATCHED_MERCHANT, watched=True,
+        reason="chargebacks under review", op="u")
+    add("merchant_changes", cleared, merchant=WATCHED_MERCHANT, watched=False,
+        reason="cleared by the risk team", op="u")
+
+    def sale(t: datetime, amount: float) -> None:
+        txn(t, rng.choice(cards), amount, WATCHED_MERCHANT, "new_york")
+
+    sale(watched - timedelta(minutes=10), round(rng.uniform(400, 900), 2))  # not yet watched
+    sale(watched + timedelta(minutes=6), round(rng.uniform(20, 150), 2))  # watched, small
+    sale(watched + timedelta(minutes=15), round(rng.uniform(400, 900), 2))  # planted
+    planted.watched_merchant_sale.append(WATCHED_MERCHANT)
+    sale(cleared + timedelta(minutes=8), round(rng.uniform(400, 900), 2))  # taken off since
     return found
 
 

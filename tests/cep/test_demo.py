@@ -38,6 +38,7 @@ def test_demo_delivers_every_alert(tmp_path, capsys, engine, unavailable):
     assert ", 0 rejected" in err
     # every rule with notify alerted at least once, and the receiver verified each alert
     for name in ("card_testing", "stolen_card_use", "unpaid_order", "acme_news",
-                 "merchant_velocity", "brute_force_success"):
+                 "merchant_velocity", "brute_force_success", "card_testing_abroad",
+                 "watched_merchant_sale"):
         line = next(ln for ln in err.splitlines() if f" {name} " in ln)
         assert int(line.split()[-1]) >= 1, line
