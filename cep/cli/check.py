@@ -47,6 +47,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     counts = (
         f"{len(program.rules)} rule(s), {len(program.queries)} query(ies), "
         f"{len(program.metrics)} metric(s), {len(program.streams)} stream(s)"
+        + (f", {len(program.tables)} table(s)" if program.tables else "")
     )
     if not args.quiet:
         print(f"ok: {len(program.modules)} file(s), {counts}")

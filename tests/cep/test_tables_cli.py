@@ -61,6 +61,8 @@ def test_format_prints_the_table_back_and_explain_compiles_the_rule(tmp_path, ca
     assert "lookup(cards, card_id).home as home" in printed
     assert main(["explain", str(rules), "--rule", "abroad"]) == 0
     assert "rule abroad" in capsys.readouterr().out
+    assert main(["check", str(rules)]) == 0
+    assert capsys.readouterr().out.strip().endswith("2 stream(s), 1 table(s)")
 
 
 def test_check_names_a_misused_lookup_with_its_place(tmp_path, capsys):
