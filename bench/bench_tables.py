@@ -26,16 +26,23 @@ per table row: ``len(VersionedTable.to_bytes()) / keys`` after the last change (
 ``close``, not timed), and an in-memory estimate from ``sys.getsizeof`` over a sample of keys.
 
 ``--check`` compares A's matches with a brute-force as-of join (best on small sizes).
+
+``--spark N`` also runs A and B on Spark (``local[2]``, ``vigil run``'s path: the rows as a
+JSON-lines file, micro-batches of ``--spark-batch`` rows) over the first ``N`` rows, alternately,
+timing each query's wall clock; A's matches must equal the embedded engine's on those rows.
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import json
 import os
 import platform
 import random
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,6 +261,53 @@ def check(frame: pd.DataFrame, result: Run) -> bool:
     return ok
 
 
+# ---------------------------------------------------------------------- Spark
+
+
+def spark_runs(frame: pd.DataFrame, rows: int, batch: int, rounds: int) -> None:
+    """A and B on Spark (local[2]) over the first ``rows`` rows: wall-clock rates and their
+    ratio, and A's matches against the embedded engine's on the same rows."""
+    from spark_udf import read_outputs
+    from spark_udf.run import run_spark
+    from spark_udf.session import session
+
+    part = frame.iloc[:rows]
+    events = int((part["stream"] == "txn").sum())
+    work = tempfile.mkdtemp(prefix="vigil-bench-tables-")
+    path = os.path.join(work, "events.jsonl")
+    with open(path, "w", encoding="utf-8") as out:
+        for record in part.to_dict("records"):
+            out.write(json.dumps({k: v for k, v in record.items() if v == v}) + "\n")
+    embedded = Engine()
+    embedded.register(VARIANTS["A"][1])
+    embedded.feed_batch(part)
+    embedded.close()
+    expected = sorted(m["match_id"] for m in embedded.drain())
+    spark = session("local[2]", shuffle_partitions=2, app_name="vigil-bench-tables")
+    rates: dict[str, list[float]] = {"A": [], "B": []}
+    try:
+        for i, variant in enumerate(["A", "B"] * rounds):
+            program = os.path.join(work, f"{variant}.vigil")
+            Path(program).write_text(VARIANTS[variant][1])
+            out_dir = os.path.join(work, f"out-{i}")
+            started = time.perf_counter()
+            run_spark(program, path, out=out_dir, spark=spark, max_records_per_batch=batch)
+            seconds = time.perf_counter() - started
+            rates[variant].append(events / seconds)
+            got = read_outputs(out_dir)
+            same = "" if variant != "A" else (
+                f", matches equal to the embedded engine's: "
+                f"{sorted(m['match_id'] for m in got) == expected}")
+            print(f"spark {variant}: {seconds:.1f} s wall, {events / seconds:,.0f} "
+                  f"transactions/s, {len(got)} matches{same}", file=sys.stderr)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    a, b = (sum(v) / len(v) for v in (rates["A"], rates["B"]))
+    print(f"Spark local[2], {rows:,} rows ({events:,} transactions), micro-batches of "
+          f"{batch:,}: A {a:,.0f} transactions/s, B {b:,.0f}; A keeps {a / b:.1%} of B's rate")
+
+
 # ---------------------------------------------------------------------- report
 
 
@@ -267,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-split", action="store_true", help="skip runs C and D")
     parser.add_argument("--check", action="store_true", help="compare A's matches (brute force)")
     parser.add_argument("--seed", type=int, default=20261127)
+    parser.add_argument("--spark", type=int, default=0, metavar="N",
+                        help="also run A and B on Spark local[2] over the first N rows")
+    parser.add_argument("--spark-batch", type=int, default=100_000)
+    parser.add_argument("--spark-only", action="store_true", help="skip the embedded runs")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -276,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
           f"transactions, {len(parts)} batches of {args.batch:,} rows "
           f"({time.perf_counter() - started:.1f}s)", file=sys.stderr)
 
+    if args.spark:
+        spark_runs(frame, args.spark, args.spark_batch, args.rounds)
+        if args.spark_only:
+            return 0
     schedule = ["A", "B"] * args.rounds + ([] if args.no_split else ["C", "D"])
     runs: list[Run] = []
     for i, variant in enumerate(schedule):
