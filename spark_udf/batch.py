@@ -343,6 +343,7 @@ def process_bucket(
     watermark_ms: int,
     *,
     filtered: bool | None = None,
+    bucket_index: int | None = None,
 ) -> BucketRun:
     """Feed one bucket's new rows to the processor, key by key, and update ``bucket`` in place.
 
@@ -350,7 +351,9 @@ def process_bucket(
     letters here, because Spark would otherwise drop them silently before a stateful operator.
     ``filtered`` says the rows were already narrowed to those the processor may need (``True``)
     or still need the row-by-row test (``False``); ``None`` lets this function decide from the
-    rows' JSON text.
+    rows' JSON text. ``bucket_index`` is the bucket's place among its processor's (``None``:
+    unknown): a changelog row every bucket receives is reported (late, invalid, changing no
+    table) by bucket 0 alone.
     """
     frame = _ordered(frames)
     run = BucketRun(records=[])
@@ -377,7 +380,8 @@ def process_bucket(
     late = np.array([t is not None and t < watermark_ms for t in times], dtype=bool)
     opened = _open_tables(processor, bucket)
     if opened is not None:
-        _apply_changes(processor, opened, events, times, watermark_ms, run)
+        _apply_changes(processor, opened, events, times, watermark_ms, run,
+                       reports_copies=bucket_index in (None, 0))
     groups = _group_by_key(processor, events, times, late, watermark_ms, run,
                            filtered=filtered)
     run.keys = len(groups)
@@ -438,10 +442,13 @@ def _apply_changes(
     times: Sequence[int | None],
     watermark_ms: int,
     run: BucketRun,
+    *,
+    reports_copies: bool = True,
 ) -> None:
     """Apply the bucket's changelog rows to its tables before any key runs, as the embedded
     engine applies each on arrival (:class:`cep.tables.Tables`); a row the rules do not read
-    themselves is reported here when it is late or invalid."""
+    themselves is reported here when it is late or invalid. The rows of a broadcast stream
+    (every bucket has a copy) are reported only where ``reports_copies``."""
     tables, released = opened
     streams = tables.streams
     schemas = processor.schemas  # type: ignore[attr-defined]
@@ -450,9 +457,10 @@ def _apply_changes(
         stream = None if event is None else event.get(STREAM_COLUMN)
         if stream not in streams:
             continue
-        read = wants(stream)
+        # Reported by the rules when they read the stream; a broadcast row by one bucket only.
+        silent = wants(stream) or (stream in tables.broadcast and not reports_copies)
         if time_ms is not None and time_ms < watermark_ms:
-            if not read:
+            if not silent:
                 run.late += 1
                 run.records.append(_late_record(event, time_ms, watermark_ms, None, {}))
             continue
@@ -460,13 +468,15 @@ def _apply_changes(
         try:
             change = schemas[stream].normalise(event, seq=seq, position=seq)
         except BadEventError as exc:
-            if not read:
+            if not silent:
                 run.records.append(dead_letter_record(
                     dead_letter(exc.reason, exc.detail, line=seq, stream=stream, event=event),
                     time_ms=time_ms,
                 ))
             continue
         for error in tables.apply(change, released):
+            if stream in tables.broadcast and not reports_copies:
+                continue
             run.records.append(dead_letter_record(
                 dead_letter(error.reason, error.detail, line=seq, stream=stream, event=event),
                 time_ms=time_ms,

@@ -196,7 +196,8 @@ class BucketedDetector(StatefulProcessor):
         else:
             frames = _named(rows, self._columns)
         run = process_bucket(
-            processor, bucket, frames, layout, engine_watermark, filtered=filtered
+            processor, bucket, frames, layout, engine_watermark, filtered=filtered,
+            bucket_index=int(key[0]) % self._buckets if self._buckets else None,
         )
         records = run.records
         due = bucket.registered_ms

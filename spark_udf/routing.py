@@ -147,6 +147,9 @@ class JsonRoute:
         Other processors' streams whose times are corrected for their device's clock: a
         route of every row (``None``) times their rows as their own processor does, so
         that a device's clock never moves the watermark (:mod:`cep.events.clock`).
+    broadcast:
+        Streams whose rows go to every bucket (changelogs of tables looked up by another
+        key than the rules'; :mod:`cep.tables`).
     """
 
     json_column: str
@@ -154,6 +157,7 @@ class JsonRoute:
     default_stream: str | None
     buckets: int
     clocked: Mapping[str, StreamRoute] = field(default_factory=dict)
+    broadcast: frozenset[str] = frozenset()
 
     def time_route(self, stream: Any) -> StreamRoute | None:
         """The route whose fields give a row of ``stream`` (any JSON value a line holds) its
@@ -204,12 +208,19 @@ def _one_text(value: Any, kind: pa.DataType) -> str | None:
         return json.dumps(value, sort_keys=True, default=str)
 
 
+EVERY_BUCKET = -1
+"""The bucket of a row that goes to every bucket (:attr:`JsonRoute.broadcast`)."""
+_EVERY = "\x00every"  # the key text of such a row (a key's text never starts with a NUL)
+
+
 def _buckets_of(texts: Sequence[str | None], buckets: int) -> np.ndarray:
-    """Stable hash buckets of key texts (``None``: no key, bucket 0)."""
+    """Stable hash buckets of key texts (``None``: no key, bucket 0; :data:`_EVERY`:
+    :data:`EVERY_BUCKET`)."""
     array = np.array(["" if t is None else t for t in texts], dtype=object)
     hashed = pd.util.hash_array(array) % np.uint64(buckets)
     out = hashed.astype(np.int64)
     out[np.array([t is None for t in texts], dtype=bool)] = 0
+    out[np.array([t is _EVERY for t in texts], dtype=bool)] = EVERY_BUCKET
     return out
 
 
@@ -365,6 +376,8 @@ class _Router:
                 for name in sroute.key_fields
             ]
             joined = _joined(texts_by_field, len(rows))
+            if stream in self.route.broadcast:
+                joined = [_EVERY] * len(rows)
             if len(rows) == n:
                 keys = list(joined)
             else:
@@ -451,7 +464,7 @@ class _Router:
                 for field_values, name in zip(values, sroute.key_fields, strict=True)
             ]
             for row, text in zip(rows, _joined(texts_by_field, len(rows)), strict=True):
-                keys[row] = text
+                keys[row] = _EVERY if slot in self.route.broadcast else text
         return times, keys, need
 
 
@@ -541,16 +554,28 @@ def route_plan_batches(
         table = pa.Table.from_batches([batch])
         for index, router in enumerate(routers):
             yield _packed(table, *router.locate(batch.column(router.route.json_column)),
-                          offset=plan.offset(index))
+                          offset=plan.offset(index), bucket_count=plan.buckets)
 
 
 def _packed(
-    table: pa.Table, times: np.ndarray, buckets: np.ndarray, need: np.ndarray, *, offset: int
+    table: pa.Table, times: np.ndarray, buckets: np.ndarray, need: np.ndarray, *, offset: int,
+    bucket_count: int,
 ) -> pa.RecordBatch:
     missing = np.isnan(times)
     stamps = pa.array(np.where(missing, 0, times).astype(np.int64), mask=missing)
     table = table.append_column(TIME_COLUMN, stamps)
     table = table.append_column(NEED_COLUMN, pa.array(need, pa.int8()))
+    every = buckets == EVERY_BUCKET
+    if every.any():
+        # A row of a broadcast stream: one copy per bucket.
+        copies = np.flatnonzero(every)
+        rows = np.concatenate([np.flatnonzero(~every), np.tile(copies, bucket_count)])
+        buckets = np.concatenate(
+            [buckets[~every], np.repeat(np.arange(bucket_count), len(copies))]
+        )
+        times = times[rows]
+        missing = missing[rows]
+        table = table.take(pa.array(rows))
     order = np.argsort(buckets, kind="stable")
     ordered = table.take(pa.array(order))
     sorted_buckets = buckets[order]

@@ -55,6 +55,9 @@ class ProcessorSpec:
         The largest lateness over the streams (Spark keeps one watermark per query).
     default_stream:
         Stream of events that name none (the program declares exactly one stream).
+    broadcast:
+        Changelog streams whose rows reach every bucket (tables looked up by another key than
+        the rules', see :func:`_processor_tables`).
     """
 
     processor: Any
@@ -64,6 +67,7 @@ class ProcessorSpec:
     time_units: Mapping[str, str]
     lateness_ms: int
     default_stream: str | None = None
+    broadcast: frozenset[str] = frozenset()
 
 
 def processor_specs(
@@ -136,7 +140,7 @@ def processor_specs(
     ]
     decls = {d.name: d for d in rule_decls}
     for processor, names in processors:
-        processor.tables = _partitioned_tables(
+        processor.tables = _processor_tables(
             [decls[n] for n in names], processor, tables, streams
         )
     for decl in metrics:
@@ -150,48 +154,56 @@ def processor_specs(
     return specs, sorted(d.name for d in standing if isinstance(d, ast.QueryDecl))
 
 
-def _partitioned_tables(
+def _processor_tables(
     rules: Sequence[ast.RuleDecl],
     processor: Any,
     tables: Tables,
     streams: Mapping[str, ast.StreamDecl],
 ) -> Tables | None:
-    """The tables a processor's rules look up, kept in its buckets beside the keys: each
-    table's changelog rows are routed by the table's key as the rules' events are by theirs,
-    so the bucket of a key holds that key's rows. That needs every lookup to give the rule's
-    own key (``lookup(cards, card_id)`` in a rule ``by card_id``), of the same declared types.
+    """The tables a processor's rules look up, kept in its buckets beside the keys.
+
+    A table every lookup reads by the rule's own key (``lookup(cards, card_id)`` in a rule
+    ``by card_id``, of the same declared types) is *partitioned*: its changelog rows are routed
+    by the table's key as the rules' events are by theirs, so a bucket holds its keys' rows.
+    A table read by another key (a merchant watch list in a rule keyed by card) is
+    *broadcast*: its changelog rows reach every bucket, and each holds the whole table.
 
     Raises
     ------
     OperatorConfigError
-        For a lookup by another key, naming it and where it is.
+        When the processor's rules also read a broadcast table's changelog stream as events
+        (its rows would reach every bucket twice over).
     """
     used: dict[str, None] = {}
+    broadcast: set[str] = set()
+    own = {stream: tuple(fields) for stream, fields in processor.key_fields.items()}
     for rule in rules:
-        keyed = processor.key_fields
         for node in ast.walk(rule):
             if not isinstance(node, ast.Lookup):
                 continue
             decl = next(f.decl for f in tables.feeds() if f.name == node.table)
             given = tuple(k.name if isinstance(k, ast.FieldRef) and k.qualifier is None
                           else None for k in node.keys)
-            own = {stream: tuple(fields) for stream, fields in keyed.items()}
             same_types = all(
                 streams[s].field_type(f) == streams[decl.stream].field_type(k)
                 for s, fields in own.items() for f, k in zip(fields, decl.key, strict=False)
             )
             if any(given != fields for fields in own.values()) or not same_types:
-                where = f"{node.span.file}:{node.span.line}:{node.span.column}"
-                key = ", ".join(sorted({", ".join(f) for f in own.values()})) or "nothing"
-                raise OperatorConfigError(
-                    f"{where}: rule '{rule.name}' looks up table '{node.table}' by "
-                    f"{', '.join(ast.print_expr(k) for k in node.keys)}, not by its own key "
-                    f"({key}, of the table key's types): the Spark operator keeps a table in "
-                    "the buckets of the key it is looked up by, so it runs lookups by the "
-                    "rule's key only so far (the embedded engine runs any)"
-                )
+                broadcast.add(decl.stream)
             used[node.table] = None
-    return tables.subset(used) if used else None
+    if not used:
+        return None
+    for stream in sorted(broadcast & set(own)):
+        raise OperatorConfigError(
+            f"rules keyed by {', '.join(own[stream])} read stream '{stream}' as events and look "
+            "up a table it feeds by another key: on Spark its rows would reach every bucket "
+            "for the table and their key's bucket for the rules; declare the changelog as two "
+            "streams, or run the embedded engine"
+        )
+    part = tables.subset(used)
+    # A stream broadcast for one table reaches every bucket: its other tables are whole too.
+    part.broadcast = frozenset(broadcast)
+    return part
 
 
 def _spec(
@@ -200,9 +212,10 @@ def _spec(
     key_cols = {s: tuple(fields) for s, fields in processor.key_fields.items()}
     tables = getattr(processor, "tables", None)
     for feed in tables.feeds() if tables is not None else ():
-        # Changelog rows route by the table's key into the buckets of the rules' keys.
+        # Changelog rows route by the table's key into the buckets of the rules' keys (or, for
+        # a broadcast stream, into every bucket: its key is never read).
         known = key_cols.setdefault(feed.decl.stream, tuple(feed.decl.key))
-        if known != tuple(feed.decl.key):
+        if known != tuple(feed.decl.key) and feed.decl.stream not in tables.broadcast:
             raise OperatorConfigError(
                 f"table '{feed.name}' is keyed by {', '.join(feed.decl.key)}, but rules of the "
                 f"same key read its stream '{feed.decl.stream}' by {', '.join(known)}"
@@ -222,6 +235,7 @@ def _spec(
         time_units={s: "ms" if schemas[s].epoch_unit_ms == 1 else "s" for s in streams},
         lateness_ms=max(schemas[s].lateness_ms for s in streams),
         default_stream=next(iter(schemas)) if len(schemas) == 1 else None,
+        broadcast=tables.broadcast if tables is not None else frozenset(),
     )
 
 
@@ -250,6 +264,7 @@ def route_specs(
                            clocks=clock_of(spec.processor))
         if route is None:
             return None
+        route = replace(route, broadcast=spec.broadcast)
         entries.append((route, spec.processor, routed_layout(columns, json_col, default)))
     # A processor of one stream times every row by its time field; the rows of another
     # processor's clock-corrected stream take their corrected time instead, so that the
@@ -303,6 +318,15 @@ def detect_specs(
         if plan is not None:
             return detect_plan(df, plan)
     for spec in specs:
+        if spec.broadcast:
+            # A table read by another key than the rules' reaches every bucket through the
+            # routing of JSON text only.
+            raise OperatorConfigError(
+                f"stream '{sorted(spec.broadcast)[0]}' feeds a table looked up by another key "
+                "than its rules'; on Spark that runs over a streaming frame of JSON text "
+                "(vigil run, read_jsonl with a route plan) in the bucketed layout, not over "
+                "this frame"
+            )
         corrected = sorted(clock_of(spec.processor))
         if corrected:
             # Spark's own time expressions (detect over typed columns or a static frame) do

@@ -40,10 +40,11 @@ class ChangeError(Exception):
     """A changelog row that changes nothing: ``reason`` (an :class:`EventReason`) and
     ``detail`` for its dead letter."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, table: str | None = None) -> None:
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+        self.table = table
 
 
 class TableFeed:
@@ -167,6 +168,7 @@ class TableFeed:
             EventReason.LATE,
             f"table {self.name}: change at {iso_ms(ts)} came after the events up to "
             f"{iso_ms(released)} had read the table",
+            self.name,
         )
 
     def _missing(self, key: tuple) -> ChangeError:
@@ -174,6 +176,7 @@ class TableFeed:
         return ChangeError(
             EventReason.MISSING_KEY,
             f"table {self.name}: key field(s) {', '.join(missing)} missing or null",
+            self.name,
         )
 
     def _unknown(self, op: Any) -> ChangeError:
@@ -181,6 +184,7 @@ class TableFeed:
             EventReason.UNKNOWN_OP,
             f"table {self.name}: op {op!r} is neither an upsert "
             f"({', '.join(self.decl.upsert_ops)}) nor a delete ({', '.join(self.decl.delete_ops)})",
+            self.name,
         )
 
 
@@ -197,6 +201,10 @@ class Tables:
     def __init__(self) -> None:
         self._feeds: dict[str, TableFeed] = {}
         self._by_stream: dict[str, list[TableFeed]] = {}
+        #: Changelog streams whose rows reach every part of a partitioned store (the Spark
+        #: operator's buckets) because some lookup reads the table by another key than the
+        #: one the store is partitioned by: each part then holds the whole table.
+        self.broadcast: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         return len(self._feeds)

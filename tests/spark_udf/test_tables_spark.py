@@ -1,7 +1,8 @@
 """Tables on Spark: changelog rows route by the table's key into the buckets of the rules'
-keys, each bucket keeps its keys' rows as of each event time beside their state, and
-``run_spark`` reports what the embedded engine reports (matches and dead letters) over several
-micro-batches of changes and events out of order within the lateness."""
+keys (or, for a table looked up by another key, into every bucket), each bucket keeps its keys'
+rows as of each event time beside their state, and ``run_spark`` reports what the embedded
+engine reports (matches and dead letters) over several micro-batches of changes and events out
+of order within the lateness."""
 
 from __future__ import annotations
 
@@ -17,9 +18,17 @@ from spark_udf.rules import processor_specs
 PROGRAM = """
 stream card_changes (card_id string, home string, limit float, op string, ts timestamp)
   time ts unit ms lateness 20s
-stream payments (card_id string, country string, amount float, ts timestamp)
+stream payments (card_id string, merchant string, country string, amount float, ts timestamp)
+  time ts unit ms lateness 20s
+stream merchant_changes (merchant string, watched bool, op string, ts timestamp)
   time ts unit ms lateness 20s
 table cards from card_changes key card_id op op
+table merchants from merchant_changes key merchant op op
+
+rule watched from payments by card_id
+  pattern a
+  define a as lookup(merchants, merchant).watched == true and amount > 100
+  emit card_id, merchant
 
 rule abroad from payments by card_id
   pattern a
@@ -40,14 +49,19 @@ def _events(n: int, seed: int = 7) -> list[dict]:
     for i in range(n):
         ts = BASE_MS + i * 1_000
         card = f"c{rng.randrange(12)}"
-        if rng.random() < 0.35:
+        if rng.random() < 0.1:
+            row = {"stream": "merchant_changes", "merchant": f"m{rng.randrange(5)}",
+                   "watched": rng.random() < 0.5, "op": rng.choice(["u", "u", "d", "?"]),
+                   "ts": ts}
+        elif rng.random() < 0.35:
             op = rng.choice(["c", "u", "u", "d", "zz"])
             row = {"stream": "card_changes", "card_id": card, "home": rng.choice(["FR", "DE"]),
                    "limit": rng.choice([150.0, 400.0, None]), "op": op, "ts": ts}
             if rng.random() < 0.05:
                 del row["card_id"]
         else:
-            row = {"stream": "payments", "card_id": card, "country": rng.choice(["FR", "DE"]),
+            row = {"stream": "payments", "card_id": card, "merchant": f"m{rng.randrange(5)}",
+                   "country": rng.choice(["FR", "DE"]),
                    "amount": rng.choice([0.5, 50.0, 200.0, 500.0]), "ts": ts}
         rows.append((ts + rng.randrange(15_000), i, row))
     rows.sort(key=lambda r: (r[0], r[1]))
@@ -58,7 +72,7 @@ def _events(n: int, seed: int = 7) -> list[dict]:
 def test_run_spark_with_a_table_equals_the_embedded_engine(spark, tmp_path) -> None:
     engine, got, dead = run_both(spark, tmp_path, PROGRAM, _events(400), "cards.vigil")
     expected = engine.drain()
-    assert {m["name"] for m in expected} == {"abroad", "over_limit"}
+    assert {m["name"] for m in expected} == {"abroad", "over_limit", "watched"}
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
     )
@@ -69,17 +83,22 @@ def test_run_spark_with_a_table_equals_the_embedded_engine(spark, tmp_path) -> N
     )
 
 
-def test_a_lookup_by_another_key_is_refused_naming_it() -> None:
-    program = PROGRAM.replace(
-        "rule abroad from payments by card_id", "rule abroad from payments by country"
-    )
-    with pytest.raises(OperatorConfigError, match=r"<string>:\d+:\d+: rule 'abroad' looks up "
-                       r"table 'cards' by card_id, not by its own key \(country"):
-        processor_specs(program)
-
-
-def test_the_processor_keeps_the_tables_its_rules_read() -> None:
+def test_a_table_read_by_another_key_reaches_every_bucket() -> None:
     specs, _ = processor_specs(PROGRAM)
     (spec,) = specs
-    assert spec.key_cols == {"card_changes": ("card_id",), "payments": ("card_id",)}
-    assert [feed.name for feed in spec.processor.tables.feeds()] == ["cards"]
+    assert spec.key_cols == {"card_changes": ("card_id",), "merchant_changes": ("merchant",),
+                             "payments": ("card_id",)}
+    assert sorted(feed.name for feed in spec.processor.tables.feeds()) == ["cards", "merchants"]
+    assert spec.broadcast == frozenset({"merchant_changes"})
+
+
+def test_rules_reading_a_broadcast_changelog_as_events_are_refused() -> None:
+    program = PROGRAM + """
+rule merchant_flap from merchant_changes by card_id pattern a
+  define a as lookup(merchants, merchant).watched == true
+"""
+    program = program.replace("stream merchant_changes (merchant string,",
+                              "stream merchant_changes (card_id string, merchant string,")
+    with pytest.raises(OperatorConfigError, match="read stream 'merchant_changes' as events and "
+                       "look up a table it feeds by another key"):
+        processor_specs(program)
