@@ -216,3 +216,45 @@ def test_a_stream_change_is_checked_against_every_rule_a_rule_change_only_agains
         assert registry.push([str(rule)]).added == ["small"]
         assert len(checked) == 2 and all("rule big" not in text for text in checked)
         assert sorted(registry.program().rules) == ["big", "small"]
+
+
+def test_a_table_pushed_while_events_flow_starts_empty_and_survives_a_rebuild(tmp_path):
+    """A table added to a running program sees the changes from then on; a later change that
+    rebuilds the engine (a list replaced) keeps its rows."""
+    from cep.engine import Engine
+    from cep.registry import RegistryFollower
+
+    (tmp_path / "streams.vigil").write_text(
+        "stream txn (card_id string, country string, ts timestamp) time ts\n"
+        "stream card_changes (card_id string, home string, op string, ts timestamp) time ts\n"
+        'list vip ("c9")\n'
+    )
+    (tmp_path / "cards.vigil").write_text(
+        'include "streams.vigil"\n'
+        "table cards from card_changes key card_id op op\n"
+        "rule abroad from txn by card_id pattern a\n"
+        "  define a as country != lookup(cards, card_id).home\n"
+        "  emit card_id, lookup(cards, card_id).home as home\n"
+    )
+    (tmp_path / "vip.vigil").write_text('list vip ("c9", "c8")\n')
+    with Registry(tmp_path / "r.sqlite") as registry:
+        registry.push([str(tmp_path / "streams.vigil")])
+        follower = RegistryFollower(registry, Engine, consumer="test")
+        follower.engine.feed({"stream": "card_changes", "card_id": "c2", "home": "FR", "op": "c",
+                              "ts": 1})  # before the table: not kept
+        registry.push([str(tmp_path / "cards.vigil")])
+        follower.poll()
+        engine = follower.engine
+        for row in ({"stream": "card_changes", "card_id": "c1", "home": "FR", "op": "c", "ts": 2},
+                    {"stream": "txn", "card_id": "c1", "country": "DE", "ts": 3},
+                    {"stream": "txn", "card_id": "c2", "country": "DE", "ts": 3}):
+            engine.feed(row)
+        engine.advance_watermark(5_000)
+        assert [m["values"] for m in engine.drain()] == [{"card_id": "c1", "home": "FR"}]
+        registry.push([str(tmp_path / "vip.vigil")])
+        follower.poll()
+        assert follower.engine is not engine  # a list replaced: the engine was rebuilt
+        follower.engine.feed({"stream": "txn", "card_id": "c1", "country": "DE", "ts": 10})
+        follower.engine.close()
+        assert [m["values"] for m in follower.engine.drain()] == [
+            {"card_id": "c1", "home": "FR"}]
