@@ -43,8 +43,8 @@ class VersionedTable:
     [(5000, 1, ('c1', 'DE')), (9000, 2, None)]
     """
 
-    __slots__ = ("name", "fields", "_positions", "_rows", "_busy", "changes", "_fetch",
-                 "_fetched", "_dirty")
+    __slots__ = ("name", "fields", "_positions", "_rows", "_busy", "_fetch", "_fetched",
+                 "_dirty")
 
     def __init__(self, name: str, fields: Sequence[str]) -> None:
         self.name = name
@@ -54,7 +54,6 @@ class VersionedTable:
         self._rows: dict[tuple, Any] = {}
         # keys holding more than one version or a delete: what compaction visits
         self._busy: set[tuple] = set()
-        self.changes = 0
         # bound to a store of keys (bind): how a key not held is read, keys read, keys changed
         self._fetch: Callable[[tuple], bytes | None] | None = None
         self._fetched: set[tuple] = set()
@@ -70,7 +69,6 @@ class VersionedTable:
 
     def apply(self, key: tuple, ts: int, seq: int, row: tuple | None) -> None:
         """Record a change: ``row`` from ``ts`` on (``None``: the key deleted from ``ts``)."""
-        self.changes += 1
         version = (ts, seq, row)
         held = self._held(key)
         if self._fetch is not None:
@@ -102,7 +100,6 @@ class VersionedTable:
         ``deletes[i]``."""
         held = self._rows
         apply = self.apply
-        count = 0
         if self._fetch is not None:  # keys come from the store: each through apply
             for i in positions:
                 apply(keys[i], ts[i], seqs[i], None if deletes[i] else rows[i])
@@ -111,10 +108,8 @@ class VersionedTable:
             key = keys[i]
             if not deletes[i] and key not in held:
                 held[key] = (ts[i], seqs[i], rows[i])  # a key's first row: nothing to order
-                count += 1
             else:
                 apply(key, ts[i], seqs[i], None if deletes[i] else rows[i])
-        self.changes += count
 
     def as_of(self, key: tuple, ts: int) -> tuple | None:
         """The row of ``key`` as of event time ``ts``: the newest change with time ≤ ``ts``
