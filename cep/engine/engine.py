@@ -97,9 +97,9 @@ class EngineStats:
         Valid events of clock-corrected streams (``time ts sent S received R``) that lacked a
         sent or received time and kept their device time (:mod:`cep.events.clock`).
     unchanged:
-        Accepted rows of a table's changelog stream that changed no table (a missing key or
-        an unknown op: ``missing_key``/``unknown_op`` dead letters naming the table), one per
-        row and table.
+        Accepted rows of a table's changelog stream that changed no table (a missing key, an
+        unknown op, or a time events had already read the table at: ``missing_key``,
+        ``unknown_op`` or ``late`` dead letters naming the table), one per row and table.
     table_rows:
         Keys holding a row (or a version) per table (:mod:`cep.tables`).
     """
