@@ -312,6 +312,12 @@ def detect_specs(
     """
     if not specs:
         raise OperatorConfigError("no processor to run")
+    tabled = [spec for spec in specs if getattr(spec.processor, "tables", None)]
+    if tabled and layout != "bucketed":
+        raise OperatorConfigError(
+            f"rules {', '.join(tabled[0].rules)} look up tables, which live in the buckets of "
+            f"the bucketed layout; the {layout} layout keeps one key's state and no table"
+        )
     if df.isStreaming and layout == "bucketed":
         types = {f.name: f.dataType for f in df.schema.fields}
         plan = route_specs(types, specs, json_col=json_col, stream=stream, buckets=buckets)

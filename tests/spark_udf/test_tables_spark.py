@@ -13,7 +13,7 @@ import pytest
 from spark_support import run_both
 
 from spark_udf.errors import OperatorConfigError
-from spark_udf.rules import processor_specs
+from spark_udf.rules import detect_specs, processor_specs
 
 PROGRAM = """
 stream card_changes (card_id string, home string, limit float, op string, ts timestamp)
@@ -102,3 +102,11 @@ rule merchant_flap from merchant_changes by card_id pattern a
     with pytest.raises(OperatorConfigError, match="read stream 'merchant_changes' as events and "
                        "look up a table it feeds by another key"):
         processor_specs(program)
+
+
+def test_the_per_key_layout_refuses_tables_before_any_spark_work(spark) -> None:
+    specs, _ = processor_specs(PROGRAM)
+    frame = spark.createDataFrame([('{"stream": "payments"}',)], "_event string")
+    with pytest.raises(OperatorConfigError, match="rules watched, abroad, over_limit look up "
+                       "tables, which live in the buckets of the bucketed layout"):
+        detect_specs(frame, specs, layout="per_key")
