@@ -29,3 +29,15 @@ def redis_port(tmp_path, unavailable):
     port = free_port()
     with redis_server(tmp_path, [f"port {port}"], f"redis://127.0.0.1:{port}/0", unavailable):
         yield port
+
+
+def pytest_collection_modifyitems(config, items):
+    """Groups for ``pytest -n N --dist loadgroup`` (``.ci/run``): the tests of one module run
+    in one worker (their module fixtures start once), except every test that uses the shared
+    Spark session, which all run in one worker (one session for the run)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        spark = "spark" in getattr(item, "fixturenames", ())
+        group = "spark-session" if spark else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
