@@ -181,7 +181,7 @@ def _processor_tables(
         for node in ast.walk(rule):
             if not isinstance(node, ast.Lookup):
                 continue
-            decl = next(f.decl for f in tables.feeds() if f.name == node.table)
+            decl = tables.feed(node.table).decl
             given = tuple(k.name if isinstance(k, ast.FieldRef) and k.qualifier is None
                           else None for k in node.keys)
             same_types = all(

@@ -225,6 +225,10 @@ class Tables:
     def feeds(self) -> Iterable[TableFeed]:
         return self._feeds.values()
 
+    def feed(self, name: str) -> TableFeed:
+        """Table ``name``'s feed (``KeyError`` when there is none)."""
+        return self._feeds[name]
+
     @property
     def streams(self) -> frozenset[str]:
         """The changelog streams feeding the tables."""

@@ -200,10 +200,7 @@ class VersionedTable:
     def to_bytes(self) -> bytes:
         """The versions as bytes (UTF-8 JSON: ``[format, fields, [[key, [[ts, seq, row],
         ...]], ...]]``; rows are lists, a delete is ``null``)."""
-        body = [
-            [list(key), [[v[0], v[1], None if v[2] is None else list(v[2])] for v in versions]]
-            for key, versions in ((k, self.versions(k)) for k in self._rows)
-        ]
+        body = [[list(key), _plain(self.versions(key))] for key in self._rows]
         return json.dumps([_STATE_FORMAT, list(self.fields), body],
                           separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -252,10 +249,12 @@ def encode_versions(versions: Sequence[tuple]) -> bytes:
     >>> decode_versions(encode_versions([(1, 0, ("c1", "FR")), (2, 1, None)]))
     [(1, 0, ('c1', 'FR')), (2, 1, None)]
     """
-    return json.dumps(
-        [[v[0], v[1], None if v[2] is None else list(v[2])] for v in versions],
-        separators=(",", ":"), ensure_ascii=False,
-    ).encode("utf-8")
+    return json.dumps(_plain(versions), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _plain(versions: Sequence[tuple]) -> list:
+    """Versions as JSON values: ``[[ts, seq, row as a list or None], ...]``."""
+    return [[v[0], v[1], None if v[2] is None else list(v[2])] for v in versions]
 
 
 def decode_versions(data: bytes) -> list[tuple]:
