@@ -694,6 +694,17 @@ class EmitItem(Node):
         return print_expr(self.expr)
 
 
+@dataclass(frozen=True)
+class Unique(Node):
+    """A rule's ``unique EXPR, ... [for DURATION]``: a match is reported only when the values of
+    ``exprs`` (evaluated as ``emit`` is) differ from those of every match the rule reported
+    before for the same key — within ``within`` of event time when given."""
+
+    exprs: tuple[Expr, ...]
+    within: Duration | None = None
+    span: Span = _span()
+
+
 SEVERITIES = ("low", "medium", "high", "critical")
 
 
@@ -710,6 +721,7 @@ class RuleDecl(Node):
     within: Duration | None = None
     skip: SkipStrategy = SkipStrategy()
     emit: tuple[EmitItem, ...] | None = None
+    unique: Unique | None = None
     severity: str = "medium"
     notify: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()

@@ -218,6 +218,10 @@ def _rule(r: ast.RuleDecl, keep: set[str]) -> list[_Line]:
         lines.append(_clause("after match", f"after match {_skip(r.skip)}"))
     if r.emit is not None:
         lines.append(_clause("emit", f"emit {_items(r.emit)}"))
+    if r.unique is not None:
+        within = "" if r.unique.within is None else f" for {print_duration(r.unique.within)}"
+        exprs = ", ".join(print_expr(e) for e in r.unique.exprs)
+        lines.append(_clause("unique", f"unique {exprs}{within}"))
     lines.extend(_alerting(r, keep))
     return lines
 

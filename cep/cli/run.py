@@ -836,6 +836,8 @@ def _summary(engine: Engine, seconds: float, *, dead_letter_path: str | None) ->
     for name, count in stats.matches.items():
         dropped = stats.dropped_partials.get(name, 0)
         extra = f" ({dropped} partial match(es) dropped by --max-partials)" if dropped else ""
+        held = stats.suppressed.get(name, 0)
+        extra += f" ({held} more held back by its unique)" if held else ""
         lines.append(f"  {name}: {count} match(es){extra}")
     for name, keys in stats.table_rows.items():
         lines.append(f"  table {name}: {keys} key(s)")

@@ -25,7 +25,8 @@ The body is the *manifest*, UTF-8 JSON, followed by a blob area the manifest poi
     dropped, so that a name coming back later continues its version numbering.
 ``groups``
     Per key definition of the rules (its signature), per key: the key, the key's watermark and
-    largest times, and ``[rule, dropped partials, offset, length]`` per rule holding state.
+    largest times, ``[rule, dropped partials, offset, length]`` per rule holding state, and
+    when some rule's ``unique`` reported values on the key, ``{rule: [[values, time], ...]}``.
 ``timers``
     The live timers in firing order: ``[due, index into groups, key]``.
 ``buffer``
@@ -33,9 +34,10 @@ The body is the *manifest*, UTF-8 JSON, followed by a blob area the manifest poi
     masks]``. Rows held as columns (:mod:`cep.engine.column_route`) are written here as events
     too, with masks ``null`` (each rule tests the row itself); a restored engine releases them
     from its reorder buffer, which reports what the column route does.
-``watermark``, ``counters``, ``match_counts``, ``retired_drops``
+``watermark``, ``counters``, ``match_counts``, ``retired_drops``, ``suppressed``
     Event time per stream, the counters behind :class:`cep.engine.EngineStats` (and the
-    event sequence number), matches per rule and partial matches dropped by retired states.
+    event sequence number), matches per rule, partial matches dropped by retired states and
+    matches held back by ``unique``.
 ``outputs``
     Matches and dead letters reported but not yet drained: a restored engine reports them again.
 ``tables``
@@ -360,7 +362,10 @@ def snapshot(engine: Any) -> bytes:
                 rules.append([name, getattr(st, "dropped_partials", 0), *blob(to_bytes())])
             # KeyState.pending is only used by RuleProcessor.process (Spark): the embedded
             # engine buffers events in its own reorder buffer.
-            keys.append([list(key), state.watermark, state.max_ts, rules])
+            seen = {name: sorted(values.items()) for name, values in state.unique.items()
+                    if values}
+            extra = [seen] if seen else []
+            keys.append([list(key), state.watermark, state.max_ts, rules, *extra])
         groups.append({"signature": signature, "keys": keys})
     timers = [
         [due, group_index[signature], list(key)]
@@ -405,6 +410,7 @@ def snapshot(engine: Any) -> bytes:
         },
         "match_counts": dict(engine._match_counts),
         "retired_drops": dict(engine._retired_drops),
+        "suppressed": dict(engine._suppressed),
         "outputs": {"matches": engine._matches, "dead_letters": engine._dead},
         "tables": tables,
     }
@@ -535,6 +541,7 @@ class _Restore:
             if s in engine._schemas  # a stream no longer declared would hold it back
         }
         match_counts = Counter({str(k): int(v) for k, v in manifest["match_counts"].items()})
+        suppressed = Counter({str(k): int(v) for k, v in manifest.get("suppressed", {}).items()})
         matches = list(manifest["outputs"]["matches"])
         dead = list(manifest["outputs"]["dead_letters"])
 
@@ -545,6 +552,8 @@ class _Restore:
         engine._next_slot = next_slot
         engine._retired_drops.clear()
         engine._retired_drops.update(drops)
+        engine._suppressed.clear()
+        engine._suppressed.update(suppressed)
         for signature in list(engine._groups):
             engine._regroup(signature)
         for signature, keyed in states.items():
@@ -650,7 +659,7 @@ class _Restore:
             signature = signatures.get(_canonical(group["signature"]))
             targets.append(signature)
             keyed: dict[tuple, KeyState] = {}
-            for key, watermark, max_ts, held in group["keys"]:
+            for key, watermark, max_ts, held, *more in group["keys"]:
                 ks = KeyState(watermark=int(watermark), max_ts={s: int(t) for s, t in
                                                                  max_ts.items()})
                 for name, dropped, start, length in held:
@@ -658,7 +667,11 @@ class _Restore:
                         ks.rules[name] = from_bytes(self.blob([start, length]), rules[name])
                     elif dropped:
                         drops[name] += int(dropped)
-                if ks.rules:
+                # `unique`'s reported values (a later element: older snapshots have none).
+                for name, seen in (more[0] if more else {}).items():
+                    if signature is not None and name in kept:
+                        ks.unique[name] = {str(v): int(t) for v, t in seen}
+                if ks.rules or ks.unique:
                     keyed[_ident(key)] = ks
             if signature is not None and keyed:
                 states[signature] = keyed

@@ -87,6 +87,9 @@ class EngineStats:
         Matches reported, per rule.
     dropped_partials:
         Partial matches dropped by the ``max_partials`` cap, per rule.
+    suppressed:
+        Matches not reported because a reported match of their key had the same ``unique``
+        values, per rule.
     keys:
         Partition keys currently holding state.
     buffered:
@@ -111,6 +114,7 @@ class EngineStats:
     unkeyed: int = 0
     matches: dict[str, int] = field(default_factory=dict)
     dropped_partials: dict[str, int] = field(default_factory=dict)
+    suppressed: dict[str, int] = field(default_factory=dict)
     keys: int = 0
     buffered: int = 0
     watermark: int = 0
@@ -215,6 +219,8 @@ class Engine:
         self._pumped = NO_WATERMARK  # the watermark of the last pump: events released to it
         self._match_counts: Counter[str] = Counter()
         self._retired_drops: Counter[str] = Counter()
+        #: Matches a rule's ``unique`` held back, per rule (shared by the group processors).
+        self._suppressed: Counter[str] = Counter()
         # Forms a restore dropped (cep.engine.checkpoint): a name coming back continues its
         # version numbering.
         self._retired_forms: dict[str, dict[str, Any]] = {}
@@ -407,6 +413,7 @@ class Engine:
             lateness_ms=self.lateness_ms,
             runtime=self._runtime,
             dropped_partials=self._retired_drops,
+            suppressed=self._suppressed,
             fast_strict=self.fast_strict,
         )
         slots = tuple(self._slot_of[r.name] for r in rules)
@@ -822,6 +829,7 @@ class Engine:
                 **self._match_counts,
             },
             dropped_partials={k: v for k, v in drops.items() if v},
+            suppressed={k: v for k, v in self._suppressed.items() if v},
             keys=keys,
             buffered=len(self._buffer) + len(self._route.columns),
             watermark=self._watermark.current,

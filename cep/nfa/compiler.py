@@ -162,6 +162,11 @@ class CompiledRule:
     #: Stream -> its declared field names: what names an event in a ``match_id``
     #: (:func:`cep.events.identity.event_digest`); ``None``: compiled without declarations.
     identity_fields: Mapping[str, tuple[str, ...]] | None = None
+    #: ``unique``: the expressions whose values a reported match must not share with an
+    #: earlier match of its key (``fn(fields, ctx)`` as ``emit``), and for how long (ms of
+    #: event time; ``None``: for ever). ``None``: every match is reported.
+    unique: tuple[Callable[[Mapping[str, Any], Any], Any], ...] | None = None
+    unique_ms: int | None = None
     _summaries: dict = field(default_factory=dict, repr=False)
     #: Bits of variables whose columnar mask bit is exact (no row-wise check needed).
     pure_bits: int = field(default=0, init=False)
@@ -522,6 +527,15 @@ def compile_rule(
                 f"rule {rule.name}: emit: {getattr(exc, 'message', exc)}",
                 getattr(exc, "span", None) or rule.span,
             ) from exc
+    unique_fns = None
+    if rule.unique is not None:
+        try:
+            unique_fns = tuple(expressions.compile_expr(e, scope) for e in rule.unique.exprs)
+        except expressions.CompileError as exc:
+            raise RuleCompileError(
+                f"rule {rule.name}: unique: {getattr(exc, 'message', exc)}",
+                getattr(exc, "span", None) or rule.span,
+            ) from exc
     key_fields, key_names, var_keys = _key_layout(rule, rule_streams)
     prev_depth = max((c.prev_depth for c in conds), default=0)
     needs_every = rule.contiguity == "strict" or prev_depth > 0 or bool(builder.guards)
@@ -575,5 +589,8 @@ def compile_rule(
             None if streams is None
             else {s: tuple(f.name for f in streams[s].fields) for s in rule_streams if s in streams}
         ),
+        unique=unique_fns,
+        unique_ms=None if rule.unique is None or rule.unique.within is None
+        else rule.unique.within.ms,
     )
 

@@ -61,6 +61,9 @@ def describe(rule: CompiledRule) -> str:
     lines = [
         f"rule {rule.name} (version {rule.version}): contiguity {rule.contiguity}, partials "
         f"{rule.partials}, skip {rule.skip}, {window}"
+        + ("" if rule.unique is None else
+           f", unique over {len(rule.unique)} value(s)"
+           + ("" if rule.unique_ms is None else f" for {rule.unique_ms} ms"))
     ]
     described = []
     for name, cond in zip(rule.variables, rule.conditions, strict=True):

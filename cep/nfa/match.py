@@ -8,8 +8,9 @@ replays of the same input deduplicate downstream.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cep.events.identity import content_id, event_digest
@@ -72,6 +73,9 @@ class Match:
     digests:
         Each bound event's digest (:func:`cep.events.identity.event_digest`), aligned with
         ``events``: with the ids, they name the events in the ``match_id``.
+    unique_values:
+        The values of the rule's ``unique`` expressions (JSON text), ``None`` without it;
+        not part of the match's output.
     """
 
     rule: str
@@ -83,6 +87,7 @@ class Match:
     end_ms: int
     severity: str = "medium"
     digests: dict[str, list[str]] | None = None
+    unique_values: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def match_id(self) -> str:
@@ -138,9 +143,9 @@ def build_match(
         )
     first, last = word[0][1], word[-1][1]
     key_values = _key_values(rule, key, first)
+    ctx = _MatchContext(rule, word)
     values = (
-        dict(key_values) if rule.emit is None
-        else _emit_values(rule, key_values, last, _MatchContext(rule, word))
+        dict(key_values) if rule.emit is None else _emit_values(rule, key_values, last, ctx)
     )
     return Match(
         rule=rule.name,
@@ -152,6 +157,7 @@ def build_match(
         end_ms=last.ts if end_ms is None else end_ms,
         severity=rule.severity,
         digests=digests,
+        unique_values=None if rule.unique is None else _unique_values(rule, key_values, last, ctx),
     )
 
 
@@ -184,6 +190,26 @@ def _key_values(rule: CompiledRule, key: tuple | None, first: Any) -> dict[str, 
         return dict(zip(rule.key_names, key, strict=True))
     names = rule.key_fields.get(first.stream, ())
     return {n: first.fields.get(f) for n, f in zip(rule.key_names, names, strict=False)}
+
+
+def _unique_values(
+    rule: CompiledRule, key: dict[str, Any], last: Any, ctx: _MatchContext
+) -> str:
+    """A match's ``unique`` values as JSON text (evaluated as ``emit`` is)."""
+    current = _current(key, last)
+    try:
+        values = [fn(current, ctx) for fn in rule.unique]
+    except Exception as exc:
+        raise RuleRuntimeError(f"rule {rule.name}: unique failed on a match: {exc}") from exc
+    return json.dumps(values, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _current(key: dict[str, Any], last: Any) -> dict[str, Any]:
+    """The fields an expression over a match sees: the last event's, the key's filled in."""
+    current = dict(last.fields)
+    for name, value in key.items():
+        current.setdefault(name, value)
+    return current
 
 
 def _emit_values(

@@ -111,6 +111,9 @@ class KeyState:
         Names of the rules whose state holds more than a ``prev`` history (partial matches,
         runs, deadlines), or ``None`` when not known; kept by :meth:`RuleProcessor.run_indexed`
         so that a key's timers need not look at its idle rules. Not part of the stored state.
+    unique:
+        Per rule with ``unique``: the values of the matches it reported (JSON text) -> the
+        end time of the newest such match.
     """
 
     rules: dict[str, Any] = field(default_factory=dict)
@@ -119,6 +122,7 @@ class KeyState:
     max_ts: dict[str, int] = field(default_factory=dict)
     unseen: dict[int, frozenset[str]] = field(default_factory=dict)
     busy: dict[str, None] | None = field(default=None, compare=False, repr=False)
+    unique: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def busy_rules(self) -> dict[str, None]:
         """:attr:`busy` (an ordered set), computed when not known."""
@@ -139,7 +143,7 @@ class KeyState:
 
     @property
     def is_empty(self) -> bool:
-        return not self.rules and not self.pending
+        return not self.rules and not self.pending and not self.unique
 
 
 class RuleProcessor(KeyedProcessorBase):
@@ -201,6 +205,7 @@ class RuleProcessor(KeyedProcessorBase):
         lateness_ms: int | None = None,
         runtime: RuleRuntime | None = None,
         dropped_partials: Counter[str] | None = None,
+        suppressed: Counter[str] | None = None,
         fast_strict: bool = True,
     ) -> None:
         if not rules:
@@ -243,6 +248,8 @@ class RuleProcessor(KeyedProcessorBase):
         self.dropped_partials: Counter[str] = (
             dropped_partials if dropped_partials is not None else Counter()
         )
+        #: Matches not reported because of the rule's ``unique`` (per rule name).
+        self.suppressed: Counter[str] = suppressed if suppressed is not None else Counter()
         self.touched = 0
         """(rule, event) pairs looked at so far: per event, the rules offered it one by one,
         and the events a scan ran (what a rule index saves shows here)."""
@@ -391,7 +398,7 @@ class RuleProcessor(KeyedProcessorBase):
                 self.touched += len(events)
                 found = strict.process_events(rule, st, events, key_bits)
                 if found:
-                    _extend(outputs, found)
+                    self._report(outputs, found, rule, state)
                 if st.is_empty:
                     self._retire(state.rules, rule.name)
 
@@ -447,7 +454,7 @@ class RuleProcessor(KeyedProcessorBase):
                     found = process_event(rule, st, event, mask)
                     ran[rule.name] = st
                     if found:
-                        _extend(outputs, found)
+                        self._report(outputs, found, rule, state)
                     if busy is not None:
                         if _idle(st):
                             busy.pop(rule.name, None)
@@ -534,7 +541,7 @@ class RuleProcessor(KeyedProcessorBase):
                 self.touched += len(events)
                 found = strict.process_events(rule, st, events, key_bits)
                 if found:
-                    _extend(outputs, found)
+                    self._report(outputs, found, rule, state)
                 busy = state.busy
                 if st.is_empty:
                     self._retire(state.rules, name)
@@ -611,7 +618,7 @@ class RuleProcessor(KeyedProcessorBase):
             self.touched += hi - lo
             found = strict.process_events(rule, st, block.view(lo, hi), bits[lo:hi], times[lo:hi])
             if found:
-                _extend(outputs, found)
+                self._report(outputs, found, rule, state)
             if st.is_empty:
                 self._retire(state.rules, name)
 
@@ -652,7 +659,7 @@ class RuleProcessor(KeyedProcessorBase):
                     st = rule_states[rule.name] = new_state(rule, key)
                 found = process_event(rule, st, event, mask)
                 if found:
-                    _extend(outputs, found)
+                    self._report(outputs, found, rule, state)
         self.touched += touched
         for name in [n for n, st in rule_states.items() if st.is_empty]:
             self._retire(rule_states, name)
@@ -678,9 +685,11 @@ class RuleProcessor(KeyedProcessorBase):
                 continue
             due = st.next_timer_ms
             if end:
-                _extend(outputs, rt.advance_watermark(self._rule_by_name[name], st, math.inf))
+                rule = self._rule_by_name[name]
+                self._report(outputs, rt.advance_watermark(rule, st, math.inf), rule, state)
             elif due is not None and due <= watermark_ms:
-                _extend(outputs, rt.advance_watermark(self._rule_by_name[name], st, watermark_ms))
+                rule = self._rule_by_name[name]
+                self._report(outputs, rt.advance_watermark(rule, st, watermark_ms), rule, state)
             if st.is_empty:
                 self._retire(state.rules, name)
             if state.busy is not None and _idle(st):
@@ -692,9 +701,38 @@ class RuleProcessor(KeyedProcessorBase):
         if dropped:
             self.dropped_partials[name] += dropped
 
+    def _report(
+        self, outputs: list[dict[str, Any]], matches: list, rule: Any, state: KeyState
+    ) -> None:
+        """Append ``matches`` of ``rule`` on a key to ``outputs``; with ``unique``, only those
+        whose values no reported match of the key shares (within its duration), the others
+        counted in :attr:`suppressed`."""
+        if getattr(rule, "unique", None) is None:  # (a custom runtime's rules have none)
+            _extend(outputs, matches)
+            return
+        seen = state.unique.get(rule.name)
+        if seen is None:
+            seen = state.unique[rule.name] = {}
+        span = rule.unique_ms
+        for match in matches:
+            values, end = match.unique_values, match.end_ms
+            if span is not None and seen:
+                # Entries no later match can fall within `span` of: ended `span` before this
+                # one, and `within` more (a later match starts at most `within` before its end).
+                horizon = end - span - (rule.within_ms or 0)
+                for old in [v for v, t in seen.items() if t <= horizon]:
+                    del seen[old]
+            last = seen.get(values)
+            if last is not None and (span is None or end < last + span):
+                self.suppressed[rule.name] += 1
+                continue
+            seen[values] = end
+            outputs.append(match.to_json())
+
     def drop_rule(self, state: KeyState, name: str) -> None:
         """Forget one rule's state for the key."""
         state.busy = None
+        state.unique.pop(name, None)
         if name in state.rules:
             self._retire(state.rules, name)
 
@@ -779,6 +817,11 @@ class RuleProcessor(KeyedProcessorBase):
             "max_ts": state.max_ts,
             "pending": [[e.id, e.stream, e.ts, e.seq, e.fields] for e in state.pending],
         }
+        if state.unique:
+            body["unique"] = [
+                [name, self._rule_by_name[name].version, sorted(seen.items())]
+                for name, seen in state.unique.items() if seen and name in self._rule_by_name
+            ]
         if state.pending:
             # Which rules saw the pending events buffered (a later program's fresh rules must
             # not; see KeyState.unseen).
@@ -836,6 +879,10 @@ class RuleProcessor(KeyedProcessorBase):
             Event(id=i, stream=s, ts=int(t), seq=int(q), fields=f)
             for i, s, t, q, f in extra["pending"]
         ]
+        for name, version, seen in extra.get("unique", ()):
+            rule = self._rule_by_name.get(name)
+            if rule is not None and rule.version == version and rule.unique is not None:
+                ks.unique[name] = {str(v): int(t) for v, t in seen}
         if ks.pending and "rules" in extra:
             saw = {(str(n), int(v)) for n, v in extra["rules"]}
             fresh = frozenset(r.name for r in self.rules if (r.name, r.version) not in saw)

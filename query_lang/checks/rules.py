@@ -95,6 +95,13 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
     if r.emit is not None:
         scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists, tables)
         ctx.check_items(r.emit, scope, "emit")
+    if r.unique is not None:
+        # Evaluated on each match as `emit` is, so the same scope.
+        scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists, tables)
+        for expr in r.unique.exprs:
+            ctx.types.expr_type(expr, scope)
+        if r.unique.within is not None and r.unique.within.ms <= 0:
+            ctx.error(VigilValueError, "unique ... for must be longer than zero", r.unique.within)
     ctx.check_notify(r)
 
 

@@ -225,6 +225,7 @@ class DeclarationRules(NodeBuilder):
             within=fields.pop("within", None),
             skip=fields.pop("after match", ast.SkipStrategy()),
             emit=fields.pop("emit", None),
+            unique=fields.pop("unique", None),
             severity=fields.pop("severity", "medium"),
             notify=fields.pop("notify", ()),
             tags=fields.pop("tags", ()),
@@ -327,6 +328,13 @@ class DeclarationRules(NodeBuilder):
 
     def emit_clause(self, meta, children):
         return ("emit", tuple(children), meta)
+
+    def unique_clause(self, meta, children):
+        *exprs, within = children
+        unique = ast.Unique(
+            tuple(exprs), None if within is None else self._duration(within), self._span(meta)
+        )
+        return ("unique", unique, meta)
 
     def emit_item(self, meta, children):
         expr, alias = children[0], children[1] if len(children) > 1 else None

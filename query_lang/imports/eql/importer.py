@@ -216,18 +216,19 @@ def import_eql(sources: Iterable[EqlSource], options: EqlOptions = EqlOptions())
     planned = []
     for source, p in parsed:
         try:
-            steps, filters, maxspan, notes = query_steps(p, streams_of, options.ignore_pipes)
-            infer_step_types(p, steps, filters, types)
-            planned.append((source, p, steps, filters, maxspan, notes))
+            steps, filters, maxspan, notes, unique = query_steps(p, streams_of,
+                                                                 options.ignore_pipes)
+            infer_step_types(p, steps, filters, types, unique)
+            planned.append((source, p, steps, filters, maxspan, notes, unique))
         except EqlImportError as err:
             errors.append(_with_file_text(err, source))
     rules: list[ImportedRule] = []
     used_names: set[str] = set()
-    for source, p, steps, filters, maxspan, notes in planned:
+    for source, p, steps, filters, maxspan, notes, unique in planned:
         header = _header(source, used_names)
         try:
             rule = write_rule(p, header, steps, filters, maxspan, notes, types,
-                              _case_rule(p, options), _folds_keys(options))
+                              _case_rule(p, options), _folds_keys(options), unique)
         except EqlImportError as err:
             errors.append(_with_file_text(err, source))
             continue

@@ -17,6 +17,7 @@ from typing import Any
 
 from eql import ast as eql_ast
 
+from query_lang.imports.eql.errors import EqlImportError
 from query_lang.imports.eql.expressions import (
     Condition,
     ExpressionWriter,
@@ -64,13 +65,14 @@ class ImportedRule:
 
 def query_steps(
     parsed: ParsedQuery, streams_of: Callable[[str], list[str]], ignore_pipes: frozenset[str]
-) -> tuple[list[Step], list[Any], int | None, list[str]]:
+) -> tuple[list[Step], list[Any], int | None, list[str], list[Any]]:
     """The steps of ``parsed`` (an event query is one step), the conditions its ``filter``
-    pipes add, its ``maxspan`` in ms and notes on ignored pipes; refuses what has no
-    equivalent."""
+    pipes add, its ``maxspan`` in ms, notes on ignored pipes and the expressions of its
+    ``unique`` pipe; refuses what has no equivalent."""
     query = parsed.query
     first = query.first
     filters: list[Any] = []
+    unique: list[Any] = []
     notes: list[str] = []
     ignored = False
     for pipe in query.pipes:
@@ -82,6 +84,11 @@ def query_steps(
         if name == "filter" and isinstance(first, eql_ast.EventQuery) and not ignored:
             filters.append(pipe.expression if hasattr(pipe, "expression") else pipe.arguments[0])
             continue
+        if (name == "unique" and isinstance(first, eql_ast.EventQuery) and not ignored
+                and not unique):
+            # A rule without `by` has one key: its `unique` is EQL's, over the whole output.
+            unique = list(pipe.arguments)
+            continue
         why = {
             "filter": "it follows an ignored pipe, whose cut it would filter" if ignored else
                       "a sequence's filter reads the completed sequence, after EQL has dropped "
@@ -89,12 +96,17 @@ def query_steps(
             "head": "a standing rule reports every match as it happens, not the first N",
             "tail": "a standing rule reports every match as it happens, not the last N",
             "sort": "matches are reported in event time as they happen",
+            "unique": "it follows an ignored pipe, whose cut it would filter" if ignored else
+                      "a second `unique` after the first" if unique else
+                      "a sequence's unique spans its keys, a Vigil rule's `unique` is per key",
+            "unique_count": "it adds to each result how many events share its values, known "
+                            "only at the end of the input",
         }.get(name, "it summarises all the results of a search")
         raise parsed.error(pipe, f"pipe `| {name}` has no Vigil equivalent: {why}",
                            construct=f"pipe {name}")
     if isinstance(first, eql_ast.EventQuery):
         step = Step(first, streams_of_query(parsed, first, streams_of), [], node=first)
-        return [step], filters, None, notes
+        return [step], filters, None, notes, unique
     if isinstance(first, eql_ast.Sequence):
         steps = []
         for sub in first.queries:
@@ -111,7 +123,7 @@ def query_steps(
                 raise parsed.error(first.max_span, f"maxspan of {ms} ms: Vigil windows are "
                                    "whole milliseconds", construct="maxspan")
             maxspan = int(ms)
-        return steps, [], maxspan, notes
+        return steps, [], maxspan, notes, []
     kind = type(first).__name__.lower()
     why = {
         "join": "a join matches its events in any order; Vigil patterns are ordered",
@@ -149,6 +161,7 @@ def write_rule(
     types: FieldTypes,
     case_insensitive: Callable[[Any], bool],
     folds_keys: bool,
+    unique: list[Any] = (),
 ) -> ImportedRule:
     """The Vigil text of one translated query (types must already be inferred)."""
     streams: list[str] = []
@@ -180,6 +193,9 @@ def write_rule(
         cond = condition_of(step, filters)
         lines.append("  pattern e")
         lines.append(f"  define e as {cond.true}")
+        if unique:
+            lines.append("  unique " + ", ".join(_unique_terms(writer_for(step), step, unique,
+                                                               fields)))
     else:
         lines += _sequence_lines(parsed, steps, maxspan, types, condition_of, fields,
                                  folds_keys)
@@ -189,6 +205,22 @@ def write_rule(
         lines.append("  tags " + ", ".join(quote(t) for t in header.tags))
     text = "".join(f"# {n}\n" for n in notes) + "\n".join(lines) + "\n"
     return ImportedRule(header.name, text, fields)
+
+
+def _unique_terms(writer: ExpressionWriter, step: Step, nodes: list[Any],
+                  fields: dict[str, set[str]]) -> list[str]:
+    """The Vigil expressions of a ``unique`` pipe's: a value as such, a condition as the pair
+    (holds, fails), which tells EQL's true, false and null apart."""
+    terms = []
+    for node in nodes:
+        try:
+            terms.append(writer.value(node).text)
+        except EqlImportError:
+            cond = writer.condition(node)
+            terms += [f"({cond.true})", f"({cond.false})"]
+    for s in step.streams:
+        fields[s] |= writer.fields_read
+    return terms
 
 
 def _sequence_lines(parsed, steps, maxspan, types, condition_of, fields, folds_keys):
@@ -266,12 +298,13 @@ def _sequence_lines(parsed, steps, maxspan, types, condition_of, fields, folds_k
 
 
 def infer_step_types(parsed: ParsedQuery, steps: list[Step], filters: list[Any],
-                     types: FieldTypes) -> None:
-    """Note the field types the conditions of ``steps`` (and ``filters``) imply."""
+                     types: FieldTypes, unique: list[Any] = ()) -> None:
+    """Note the field types the conditions of ``steps`` (and ``filters``, and ``unique``'s
+    expressions) imply."""
     for step in steps:
         infer_types(parsed, step.query.query, step.streams, types)
-    if filters:
-        for f in filters:
-            infer_types(parsed, f, steps[0].streams, types)
+    # A bare field in `unique` is a value of any type, not a boolean condition.
+    for f in [*filters, *(u for u in unique if not isinstance(u, eql_ast.Field))]:
+        infer_types(parsed, f, steps[0].streams, types)
 
 

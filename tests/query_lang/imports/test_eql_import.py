@@ -173,12 +173,25 @@ def test_per_step_join_keys_follow_a_process_to_its_child():
         ("sequence [process where true] by pid * 2 [file where true] by pid", "join key expression",
          34),
         ("process where descendant of [process where true]", "descendant of", 15),
+        ("process where true | unique_count a", "pipe unique_count", 22),
+        ("sequence [process where true] [file where true] | unique a", "pipe unique", 51),
     ],
 )
 def test_refusals_name_the_construct_and_its_place(query, construct, column):
     err = refusal(query)
     assert (err.construct, err.line, err.column) == (construct, 1, column)
     assert "^" in err.render()
+
+
+def test_unique_reports_the_first_event_per_distinct_values():
+    names = ["cmd.exe", "CMD.exe", "sh", "cmd.exe", None, None, "bash"]
+    events = [P(process_name=n, user="u" if i < 5 else "v") for i, n in enumerate(names)]
+    assert run("process where true | unique process.name", events) == [[0], [1], [2], [4], [6]]
+    assert run("process where true | unique process.name, user", events) == [
+        [0], [1], [2], [4], [5], [6]]
+    # A condition's three values (true, false, null) are three groups.
+    assert run("process where true | unique length(process.name) == 7", events) == [
+        [0], [2], [4]]
 
 
 def test_detection_rule_toml_through_the_command_line(tmp_path, capsys):
