@@ -5,8 +5,8 @@ taken at a random point."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
+from batch_splits import feed_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,12 +109,6 @@ def feed_rows(e: Engine, rows) -> None:
     for row in rows:
         e.feed(row)
 
-
-def feed_batches(e: Engine, rows, cuts) -> None:
-    bounds = sorted({0, len(rows), *(c % (len(rows) + 1) for c in cuts)})
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
-        if hi > lo:
-            e.feed_batch(pd.DataFrame(rows[lo:hi]))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

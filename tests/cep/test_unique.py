@@ -8,6 +8,7 @@ import json
 
 import pandas as pd
 import pytest
+from batch_splits import feed_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,12 +104,6 @@ def engine() -> Engine:
     e.register(PROGRAM)
     return e
 
-
-def feed_batches(e: Engine, rows, cuts) -> None:
-    bounds = sorted({0, len(rows), *(c % (len(rows) + 1) for c in cuts)})
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
-        if hi > lo:
-            e.feed_batch(pd.DataFrame(rows[lo:hi]))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
