@@ -65,7 +65,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -362,7 +362,7 @@ def snapshot(engine: Any) -> bytes:
                 rules.append([name, getattr(st, "dropped_partials", 0), *blob(to_bytes())])
             # KeyState.pending is only used by RuleProcessor.process (Spark): the embedded
             # engine buffers events in its own reorder buffer.
-            seen = {name: sorted(values.items()) for name, values in state.unique.items()
+            seen = {name: list(values.items()) for name, values in state.unique.items()
                     if values}
             extra = [seen] if seen else []
             keys.append([list(key), state.watermark, state.max_ts, rules, *extra])
@@ -670,7 +670,7 @@ class _Restore:
                 # `unique`'s reported values (a later element: older snapshots have none).
                 for name, seen in (more[0] if more else {}).items():
                     if signature is not None and name in kept:
-                        ks.unique[name] = {str(v): int(t) for v, t in seen}
+                        ks.unique[name] = OrderedDict((str(v), int(t)) for v, t in seen)
                 if ks.rules or ks.unique:
                     keyed[_ident(key)] = ks
             if signature is not None and keyed:

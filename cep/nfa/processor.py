@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -113,7 +113,7 @@ class KeyState:
         so that a key's timers need not look at its idle rules. Not part of the stored state.
     unique:
         Per rule with ``unique``: the values of the matches it reported (JSON text) -> the
-        end time of the newest such match.
+        end time of the newest such match, in the order they were last reported.
     """
 
     rules: dict[str, Any] = field(default_factory=dict)
@@ -122,7 +122,7 @@ class KeyState:
     max_ts: dict[str, int] = field(default_factory=dict)
     unseen: dict[int, frozenset[str]] = field(default_factory=dict)
     busy: dict[str, None] | None = field(default=None, compare=False, repr=False)
-    unique: dict[str, dict[str, int]] = field(default_factory=dict)
+    unique: dict[str, OrderedDict[str, int]] = field(default_factory=dict)
 
     def busy_rules(self) -> dict[str, None]:
         """:attr:`busy` (an ordered set), computed when not known."""
@@ -712,21 +712,23 @@ class RuleProcessor(KeyedProcessorBase):
             return
         seen = state.unique.get(rule.name)
         if seen is None:
-            seen = state.unique[rule.name] = {}
+            seen = state.unique[rule.name] = OrderedDict()
         span = rule.unique_ms
         for match in matches:
             values, end = match.unique_values, match.end_ms
-            if span is not None and seen:
-                # Entries no later match can fall within `span` of: ended `span` before this
-                # one, and `within` more (a later match starts at most `within` before its end).
+            if span is not None:
+                # Forget, oldest first, values no later match can fall within `span` of: they
+                # ended `span` before this one, and `within` more (a match emitted later
+                # starts at most `within` before this one's end). Only memory depends on it.
                 horizon = end - span - (rule.within_ms or 0)
-                for old in [v for v, t in seen.items() if t <= horizon]:
-                    del seen[old]
+                while seen and next(iter(seen.values())) <= horizon:
+                    seen.popitem(last=False)
             last = seen.get(values)
             if last is not None and (span is None or end < last + span):
                 self.suppressed[rule.name] += 1
                 continue
             seen[values] = end
+            seen.move_to_end(values)
             outputs.append(match.to_json())
 
     def drop_rule(self, state: KeyState, name: str) -> None:
@@ -819,7 +821,7 @@ class RuleProcessor(KeyedProcessorBase):
         }
         if state.unique:
             body["unique"] = [
-                [name, self._rule_by_name[name].version, sorted(seen.items())]
+                [name, self._rule_by_name[name].version, list(seen.items())]
                 for name, seen in state.unique.items() if seen and name in self._rule_by_name
             ]
         if state.pending:
@@ -882,7 +884,7 @@ class RuleProcessor(KeyedProcessorBase):
         for name, version, seen in extra.get("unique", ()):
             rule = self._rule_by_name.get(name)
             if rule is not None and rule.version == version and rule.unique is not None:
-                ks.unique[name] = {str(v): int(t) for v, t in seen}
+                ks.unique[name] = OrderedDict((str(v), int(t)) for v, t in seen)
         if ks.pending and "rules" in extra:
             saw = {(str(n), int(v)) for n, v in extra["rules"]}
             fresh = frozenset(r.name for r in self.rules if (r.name, r.version) not in saw)
