@@ -38,6 +38,8 @@ PROGRAM = (
                 "pattern a !c within 15s define a as name != \"x\", c as name == \"x\"",
                 "a.parent as p", span)
         + _pair(f"one_{label}", "pattern a define a as true", "lower(a.name) as n", span)
+        + _pair(f"strict_{label}", "pattern a b contiguity strict "
+                "define a as name != \"x\", b as name == \"b.exe\"", "a.parent as p", span)
         for label, span in SPANS.items()
     )
 )
