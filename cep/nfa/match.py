@@ -144,9 +144,9 @@ def build_match(
     first, last = word[0][1], word[-1][1]
     key_values = _key_values(rule, key, first)
     ctx = _MatchContext(rule, word)
-    values = (
-        dict(key_values) if rule.emit is None else _emit_values(rule, key_values, last, ctx)
-    )
+    # What `emit` and `unique` read: the last event's fields, the key's filled in.
+    current = None if rule.emit is None and rule.unique is None else _current(key_values, last)
+    values = dict(key_values) if rule.emit is None else _emit_values(rule, current, ctx)
     return Match(
         rule=rule.name,
         version=rule.version,
@@ -157,7 +157,7 @@ def build_match(
         end_ms=last.ts if end_ms is None else end_ms,
         severity=rule.severity,
         digests=digests,
-        unique_values=None if rule.unique is None else _unique_values(rule, key_values, last, ctx),
+        unique_values=None if rule.unique is None else _unique_values(rule, current, ctx),
     )
 
 
@@ -192,11 +192,8 @@ def _key_values(rule: CompiledRule, key: tuple | None, first: Any) -> dict[str, 
     return {n: first.fields.get(f) for n, f in zip(rule.key_names, names, strict=False)}
 
 
-def _unique_values(
-    rule: CompiledRule, key: dict[str, Any], last: Any, ctx: _MatchContext
-) -> str:
+def _unique_values(rule: CompiledRule, current: dict[str, Any], ctx: _MatchContext) -> str:
     """A match's ``unique`` values as JSON text (evaluated as ``emit`` is)."""
-    current = _current(key, last)
     try:
         values = [fn(current, ctx) for fn in rule.unique]
     except Exception as exc:
@@ -213,13 +210,10 @@ def _current(key: dict[str, Any], last: Any) -> dict[str, Any]:
 
 
 def _emit_values(
-    rule: CompiledRule, key: dict[str, Any], last: Any, ctx: _MatchContext
+    rule: CompiledRule, current: dict[str, Any], ctx: _MatchContext
 ) -> dict[str, Any]:
-    """A match's ``emit`` values: each expression over the last event's fields (the key's
-    fields filled in) and ``ctx``, the match's bound events."""
-    current = dict(last.fields)
-    for name, value in key.items():
-        current.setdefault(name, value)
+    """A match's ``emit`` values: each expression over ``current`` (:func:`_current`) and
+    ``ctx``, the match's bound events."""
     values = {}
     for name, fn in rule.emit:
         try:

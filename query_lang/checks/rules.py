@@ -92,12 +92,11 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
             "it binds no event to skip to",
             r.skip,
         )
+    # `unique` is evaluated on each match as `emit` is: the same scope.
+    scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists, tables)
     if r.emit is not None:
-        scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists, tables)
         ctx.check_items(r.emit, scope, "emit")
     if r.unique is not None:
-        # Evaluated on each match as `emit` is, so the same scope.
-        scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists, tables)
         for expr in r.unique.exprs:
             ctx.types.expr_type(expr, scope)
         if r.unique.within is not None and r.unique.within.ms <= 0:
