@@ -5,7 +5,7 @@ timers) or static (a backtest through ``applyInPandas``), with the same results.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -211,16 +211,16 @@ def detect_plan(df: DataFrame, plan: RoutePlan, live: Any = None) -> DataFrame:
     """Run every processor of ``plan`` in one stateful operator over a streaming frame: its
     JSON rows, routed here (``mapInArrow``), or rows a source already routed (columns
     :data:`~spark_udf.routing.ROUTED_SCHEMA`, see :func:`spark_udf.read_jsonl`'s ``route``).
-    With ``live`` (:class:`spark_udf.live.LiveProgram`, over rows the source routed) each
-    micro-batch runs the processors of the program pinned to it; ``plan`` then gives the
-    watermark's delay, fixed when the query starts.
+    With ``live`` (:class:`spark_udf.live.LiveProgram`) each micro-batch routes its rows and
+    runs the processors of the program pinned to it; ``plan`` then gives the watermark's
+    delay, fixed when the query starts.
     """
     if MAX_TIME_COLUMN in df.columns:
         routed = df
     else:
         check_reserved(df)
         routed = with_seq(df, df.columns).mapInArrow(
-            lambda batches: route_plan_batches(batches, plan), ROUTED_SCHEMA
+            lambda batches: _route_batches(batches, plan, live), ROUTED_SCHEMA
         )
     # The watermark is defined on each blob's largest event time: the same maximum as over
     # the rows themselves.
@@ -236,6 +236,16 @@ def detect_plan(df: DataFrame, plan: RoutePlan, live: Any = None) -> DataFrame:
         outputMode="Append",
         timeMode="EventTime",
     )
+
+
+def _route_batches(batches: Iterator[Any], plan: RoutePlan, live: Any) -> Iterator[Any]:
+    """Route a task's rows by ``plan``, or by the plan of the program pinned to the task's
+    micro-batch (``live``; nothing when that program has no keyed processor)."""
+    if live is not None:
+        plan = live.for_task().plan
+        if plan is None:
+            return
+    yield from route_plan_batches(batches, plan)
 
 
 def _detect_streaming(

@@ -247,7 +247,7 @@ def run_spark(
         program (an edited program keeps the state of the unchanged ones; see
         :mod:`spark_udf.edits`).
     program_updates:
-        With ``available_now=False`` over a JSON-lines input: called between micro-batches,
+        With ``available_now=False`` (a JSON-lines or Redis input): called between micro-batches,
         returns ``(registry version, program)`` when the program changed (else ``None``). The
         new program runs from the next micro-batch Spark plans, without restarting the query
         (:mod:`spark_udf.live`): added rules, queries and metrics start there, changed ones
@@ -333,18 +333,17 @@ def run_spark(
     def read(**route: Any) -> Any:
         if from_redis:
             return read_redis(spark, stream_key, url=server_url,
-                              max_records_per_batch=max_records_per_batch)
+                              max_records_per_batch=max_records_per_batch,
+                              live=route.get("live"))
         return read_jsonl(spark, events_path, max_records_per_batch=max_records_per_batch,
                           end_of_input=bool(in_stream_mark), **route)
 
     live = changes = None
     if program_updates is not None:
-        if from_redis or available_now or plan is None:
+        if available_now or plan is None:
             raise OperatorConfigError(
                 "a program that changes while the query runs needs a following run "
-                "(available_now=False) over JSON-lines files, and a rule or metric to start "
-                "with" + (" (a Redis input runs the program it starts with)" if from_redis
-                          else "")
+                "(available_now=False) and a rule or metric to start with"
             )
         live = LiveProgram(checkpoint, dict(SOURCE_TYPES), EVENT_COLUMN, stream, buckets,
                            lateness_ms)

@@ -69,9 +69,10 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--registry", metavar="PATH",
         help="run the program of a registry (`vigil registry push`) instead of rule files; "
-        "with --engine embedded, each new registry version takes effect between two batches "
-        "of events, the unchanged rules, queries and metrics keeping their state, and every "
-        "match carries the registry_version it ran under",
+        "with --follow, each new registry version takes effect between two batches of events "
+        "(embedded) or from the next micro-batch (Spark), the unchanged rules, queries and "
+        "metrics keeping their state, and every match carries the registry_version it ran "
+        "under",
     )
     parser.add_argument(
         "--events",
@@ -548,7 +549,7 @@ def _run_spark(
         if sink is not None:
             sink.start_delivery()  # a run that never ends delivers its alerts as they come
     live: dict[str, Any] = {}
-    if follower is not None and follow and not inputs[0].is_redis:
+    if follower is not None and follow:
         def updates() -> tuple[int | None, Any] | None:
             try:
                 applied = follower.poll()
@@ -567,10 +568,6 @@ def _run_spark(
                 "on_change": _spark_program_change}
     elif follower is not None:
         live = {"program_version": follower.applied}
-        if follow:
-            print(f"vigil run: the Spark query runs registry version {follower.applied}; a "
-                  "Redis input takes later versions when the run is restarted",
-                  file=sys.stderr)
     failed = True
     try:
         summary = run_spark(

@@ -4,7 +4,6 @@ uncommitted lines."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -13,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark import cloudpickle
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -31,7 +29,16 @@ from cep.events.limits import line_text
 from spark_udf.batch import END_MARK_STREAM
 from spark_udf.errors import OperatorConfigError, SourceError
 from spark_udf.routing import ROUTED_SCHEMA, RoutePlan, route_plan_batches
-from spark_udf.sources.rows import ARROW_SCHEMA, SOURCE_SCHEMA, positive_int, source_batch
+from spark_udf.sources.rows import (
+    ARROW_SCHEMA,
+    SOURCE_SCHEMA,
+    live_of,
+    option_object,
+    option_text,
+    pinned,
+    positive_int,
+    source_batch,
+)
 
 __all__ = [
     "EndMark",
@@ -248,33 +255,21 @@ def route_option(plan: RoutePlan) -> str:
     return option_text(plan)
 
 
-def option_text(value: Any) -> str:
-    """An object as the text of a source option (pickled, base64)."""
-    return base64.b64encode(cloudpickle.dumps(value)).decode("ascii")
-
-
 def _route_of(options: dict[str, str]) -> RoutePlan | None:
     text = options.get("route")
     if not text:
         return None
-    plan = cloudpickle.loads(base64.b64decode(text))
+    plan = option_object(text)
     if not isinstance(plan, RoutePlan):
         raise OperatorConfigError("the vigil_jsonl 'route' option does not hold a route plan")
     return plan
-
-
-def _live_of(options: dict[str, str]) -> Any:
-    # A spark_udf.live.LiveProgram: the program of each micro-batch is the log's entry its
-    # offsets pin (this source writes the newest entry's number into them).
-    text = options.get("live")
-    return cloudpickle.loads(base64.b64decode(text)) if text else None
 
 
 class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         self.index = JsonLinesIndex(options["path"])
         self.route = _route_of(options)
-        self.live = _live_of(options)
+        self.live = live_of(options)
         self.max_records = positive_int(options, "maxRecordsPerBatch", _DEFAULT_MAX_RECORDS)
         self.per_partition = positive_int(options, "linesPerPartition", _LINES_PER_PARTITION)
         self.min_partitions = positive_int(options, "minPartitions", 1)
@@ -286,9 +281,7 @@ class _JsonLinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return {"line": 0}
 
     def _pinned(self, offset: dict) -> dict:
-        if self.live is not None and not offset.get("end"):
-            return {**offset, "program": self.live.log().current()}
-        return offset
+        return offset if offset.get("end") else pinned(self.live, offset)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records)

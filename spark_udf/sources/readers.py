@@ -11,9 +11,9 @@ from pyspark.sql import functions as F
 
 from spark_udf.errors import OperatorConfigError, SourceError
 from spark_udf.routing import RoutePlan
-from spark_udf.sources.jsonl import JsonLinesSource, option_text, route_option
+from spark_udf.sources.jsonl import JsonLinesSource, route_option
 from spark_udf.sources.redis_stream import RedisStreamSource
-from spark_udf.sources.rows import EVENT_COLUMN
+from spark_udf.sources.rows import EVENT_COLUMN, option_text
 
 __all__ = [
     "read_files",
@@ -112,11 +112,14 @@ def read_redis(
     port: int = 6379,
     field: str = "event",
     max_records_per_batch: int = 10_000,
+    live: Any = None,
 ) -> DataFrame:
     """A Redis Stream as a streaming ``(_seq, _event)`` DataFrame.
 
     The server is ``url`` when given (``redis://user:password@host:port/db``, ``rediss://``
     for TLS; see :func:`spark_udf.sources.redis_stream.redis_client`), else ``host``/``port``.
+    With ``live`` (a :class:`spark_udf.live.LiveProgram`) the offsets pin the newest program
+    of its log to each micro-batch.
 
     Examples
     --------
@@ -130,6 +133,8 @@ def read_redis(
     reader = spark.readStream.format("vigil_redis").option("stream", stream)
     if url:
         reader = reader.option("url", url)
+    if live is not None:
+        reader = reader.option("live", option_text(live))
     return (
         reader.option("host", host)
         .option("port", port)

@@ -24,7 +24,7 @@ from cep.events.limits import decode_line
 from cep.inputs.redis_stream import entry_text
 from cep.inputs.redis_stream import split_stream_url as split_url
 from spark_udf.errors import OperatorConfigError, RedisSourceError
-from spark_udf.sources.rows import SOURCE_SCHEMA, positive_int, source_batch
+from spark_udf.sources.rows import SOURCE_SCHEMA, live_of, pinned, positive_int, source_batch
 
 __all__ = [
     "STREAM_URL_SCHEMES",
@@ -137,6 +137,7 @@ class _RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.key = options["stream"]
         self.field = options.get("field", "event")
         self.max_records = positive_int(options, "maxRecordsPerBatch", _DEFAULT_MAX_RECORDS)
+        self.live = live_of(options)
         self.target: str | None = None
 
     @contextmanager
@@ -173,8 +174,8 @@ class _RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target = _parse_id(self.target)
             ids = [i for i in ids if _parse_id(i) <= target]
         if not ids:
-            return start
-        return {"id": ids[-1], "seq": int(start["seq"]) + len(ids)}
+            return pinned(self.live, {"id": start["id"], "seq": int(start["seq"])})
+        return pinned(self.live, {"id": ids[-1], "seq": int(start["seq"]) + len(ids)})
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if start["id"] == end["id"]:
@@ -209,7 +210,8 @@ class RedisStreamSource(DataSource):
     ``rediss://`` for TLS; see :func:`redis_client`) or ``host``/``port`` (default
     127.0.0.1:6379), ``field`` (entry field holding the event JSON, default ``event``; entries
     without it become a JSON object of all their fields), ``maxRecordsPerBatch`` (default
-    10000).
+    10000), ``live`` (see :func:`spark_udf.sources.rows.pinned`: the offsets pin a live
+    query's newest program to each micro-batch).
     """
 
     @classmethod

@@ -1,6 +1,6 @@
 """``vigil run --registry PATH --follow --engine spark``: registry versions pushed while the
-streaming query follows a directory run from the next micro-batch, without restarting the
-query — the same changes at the same place as the embedded engine's test
+streaming query follows a directory or a Redis stream run from the next micro-batch, without
+restarting the query — the same changes at the same place as the embedded engine's test
 (tests/cep/test_run_registry.py), with the same matches: an added rule matches from there on, a
 replaced one starts fresh, a removed one stops, and the untouched rules' matches (a partial
 match spanning the change among them) equal a run without changes. Each match carries the
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from registry_changes import (
     AMOUNTS_1,
     AMOUNTS_2,
@@ -57,21 +58,58 @@ def _wait(condition, proc: subprocess.Popen, what: str) -> None:
     raise AssertionError(f"no {what} after {DEADLINE_S}s")
 
 
-def test_registry_versions_run_from_the_next_micro_batch_on_spark(tmp_path: Path) -> None:
+class _Directory:
+    """Events as files of a directory the run follows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir()
+        self.files = 0
+
+    @property
+    def events(self) -> str:
+        return str(self.path)
+
+    def add(self, text: str) -> None:
+        self.files += 1
+        (self.path / f"{self.files}.jsonl").write_text(text)
+
+
+class _Stream:
+    """Events as entries of a Redis stream the run follows."""
+
+    def __init__(self, port: int) -> None:
+        self.events = f"redis://127.0.0.1:{port}/0/txn"
+        self.client = redis.Redis(port=port)
+
+    def add(self, text: str) -> None:
+        for line in text.splitlines():
+            self.client.xadd("txn", {"event": line})
+
+
+@pytest.fixture(params=["directory", "redis"])
+def events_input(request, tmp_path: Path):
+    if request.param == "directory":
+        return _Directory(tmp_path / "events")
+    return _Stream(request.getfixturevalue("redis_port"))
+
+
+def test_registry_versions_run_from_the_next_micro_batch_on_spark(
+    tmp_path: Path, events_input
+) -> None:
     with_change, without_change = expected()
     rules = tmp_path / "v1.vigil"
     rules.write_text(V1)
     registry_path = tmp_path / "registry.sqlite"
     with Registry(registry_path) as registry:
         registry.push([str(rules)])
-    events, out = tmp_path / "events", tmp_path / "out"
-    events.mkdir()
-    (events / "1.jsonl").write_text("".join(lines(AMOUNTS_1, 0)))
+    out = tmp_path / "out"
+    events_input.add("".join(lines(AMOUNTS_1, 0)))
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cep.cli", "run", "--registry", str(registry_path),
-             "--events", str(events), "--engine", "spark", "--master", "local[2]",
+             "--events", events_input.events, "--engine", "spark", "--master", "local[2]",
              "--follow", "--out", str(out), "--buckets", "4", "--no-alerts"],
             stdout=subprocess.DEVNULL, stderr=err_file, text=True, cwd=tmp_path,
         )
@@ -84,7 +122,7 @@ def test_registry_versions_run_from_the_next_micro_batch_on_spark(tmp_path: Path
             # carries the new program (its offsets pin it).
             _wait(lambda: "registry version 3 in effect from micro-batch" in
                   err_path.read_text(), proc, "registry version 3 in effect")
-            (events / "2.jsonl").write_text("".join(lines(AMOUNTS_2, len(AMOUNTS_1))))
+            events_input.add("".join(lines(AMOUNTS_2, len(AMOUNTS_1))))
             _wait(lambda: len(_matches(out)) >= len(with_change), proc, "every match")
             time.sleep(3)  # a few more micro-batches: nothing else may come
         finally:
