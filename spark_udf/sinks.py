@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from spark_udf.errors import OperatorConfigError, SinkError
 from spark_udf.records import DEAD_LETTER
 
-__all__ = ["END_TAG", "FORMATS", "BatchSink", "SinkCounters", "read_outputs"]
+__all__ = ["END_TAG", "FORMATS", "BatchSink", "SinkCounters", "read_batch", "read_outputs"]
 
 FORMATS = ("jsonl", "parquet")
 """Output file formats: ``jsonl`` writes each match object (the embedded engine's output
@@ -205,6 +205,35 @@ def _part_files(directory: str, *, flushes: bool = True) -> Iterator[str]:
     # By the name before its extension: a micro-batch's file, then the flush that followed it.
     for name in sorted(names, key=lambda n: n.partition(".")[0]):
         yield os.path.join(directory, name)
+
+
+def read_batch(directory: str, batch_id: int) -> list[dict[str, Any]]:
+    """The objects a :class:`BatchSink` wrote to ``directory`` for micro-batch ``batch_id``
+    (none when it wrote no file: a batch without output). Final once Spark committed the
+    batch: only an uncommitted batch is run again.
+
+    Examples
+    --------
+    >>> import shutil, tempfile
+    >>> out = tempfile.mkdtemp()
+    >>> rows = pd.DataFrame({"kind": ["rule"], "name": ["big"], "match_id": ["m1"],
+    ...                      "payload": ['{"name": "big", "match_id": "m1"}']})
+    >>> BatchSink(out).write_batch(rows, 3)
+    >>> read_batch(out, 3), read_batch(out, 4)
+    ([{'name': 'big', 'match_id': 'm1'}], [])
+    >>> shutil.rmtree(out)
+    """
+    rows: list[dict[str, Any]] = []
+    for fmt in FORMATS:
+        path = os.path.join(directory, _part_name(batch_id, fmt))
+        if not os.path.exists(path):
+            continue
+        if fmt == "jsonl":
+            with open(path, encoding="utf-8") as handle:
+                rows.extend(json.loads(line) for line in handle if line.strip())
+        else:
+            rows.extend(pq.read_table(path).to_pylist())
+    return rows
 
 
 def read_outputs(directory: str, *, flushes: bool = True) -> list[dict[str, Any]]:

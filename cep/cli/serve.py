@@ -19,6 +19,7 @@ from cep.cli.registry import default_registry
 from cep.registry import RegistryError
 from cep.service import Scope, Service, ServiceConfig, ServiceError, TokenError, TokenStore
 from cep.service.service import MAX_BODY
+from cep.service.spark_job import SparkJob
 
 DEFAULT_STATE = os.path.join(".vigil", "serve")
 
@@ -50,6 +51,23 @@ def configure_parser(sub) -> None:
                         help="save the engine's state this often (default 30)")
     parser.add_argument("--log-level", default="info",
                         choices=["critical", "error", "warning", "info", "debug"])
+    spark = parser.add_argument_group(
+        "next to a Spark job",
+        "serve only the API beside `vigil run --registry PATH --follow --engine spark "
+        "--events redis://... --out DIR`: no engine in this process; posted events go to the "
+        "job's Redis stream, the job's committed micro-batches come to the match log, the "
+        "registry version in effect is the one its micro-batches run",
+    )
+    spark.add_argument("--spark-out", metavar="DIR",
+                       help="the Spark job's --out directory")
+    spark.add_argument("--events-to", metavar="redis://HOST:PORT[/DB]/KEY",
+                       help="the job's --events stream, where POST /events appends")
+    spark.add_argument("--spark-checkpoint", metavar="DIR",
+                       help="the job's --checkpoint (default DIR/_checkpoint)")
+    spark.add_argument("--spark-dead-letter", metavar="DIR",
+                       help="the job's --dead-letter directory, to show its dead letters")
+    spark.add_argument("--spark-outbox", metavar="PATH",
+                       help="the job's --outbox (default DIR/_outbox.sqlite)")
     parser.set_defaults(handler=_cmd_serve)
 
     actions = parser.add_subparsers(dest="serve_command", metavar="token")
@@ -82,6 +100,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.ssl_keyfile and not args.ssl_certfile:
         raise UsageError("--ssl-keyfile needs --ssl-certfile")
+    job = None
+    if args.spark_out or args.events_to:
+        if not (args.spark_out and args.events_to):
+            raise UsageError("--spark-out and --events-to go together: the Spark job's --out "
+                             "directory and its --events stream")
+        job = SparkJob(args.events_to, args.spark_out, checkpoint=args.spark_checkpoint,
+                       dead_letter=args.spark_dead_letter, outbox=args.spark_outbox)
+    elif args.spark_checkpoint or args.spark_dead_letter or args.spark_outbox:
+        raise UsageError("--spark-checkpoint, --spark-dead-letter and --spark-outbox need "
+                         "--spark-out and --events-to")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
     config = ServiceConfig(
         registry=args.registry or default_registry(),
@@ -90,6 +118,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         rate=args.rate,
         burst=args.burst,
         checkpoint_interval_s=args.checkpoint_interval,
+        spark_job=job,
     )
     try:
         service = Service(config)
@@ -101,6 +130,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     scheme = "https" if args.ssl_certfile else "http"
     print(f"vigil serve: {scheme}://{args.host}:{args.port} — registry {config.registry}, "
           f"state {config.state_dir}", file=sys.stderr)
+    if job is not None:
+        print(f"vigil serve: next to the Spark job writing {job.out}: events go to its "
+              "stream, its committed micro-batches to the match log", file=sys.stderr)
     uvicorn.run(
         create_app(service),
         host=args.host,

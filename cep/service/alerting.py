@@ -35,12 +35,16 @@ class ServiceAlerts:
     ----------
     env:
         Where webhook secrets (``secret env NAME``) are read (default: the environment).
+    outbox:
+        Another outbox's path (a Spark job's, which it delivers itself: this one only shows
+        it and replays into it, as long as :meth:`update` is not called).
     """
 
     FILENAME = "outbox.sqlite"
 
-    def __init__(self, state_dir: str, env: Mapping[str, str] | None = None) -> None:
-        self.outbox = Outbox(os.path.join(state_dir, self.FILENAME))
+    def __init__(self, state_dir: str, env: Mapping[str, str] | None = None, *,
+                 outbox: str | None = None) -> None:
+        self.outbox = Outbox(outbox or os.path.join(state_dir, self.FILENAME))
         self._env = env
         self._sink: AlertSink | None = None
         self._dispatcher: Dispatcher | None = None

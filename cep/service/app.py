@@ -32,6 +32,7 @@ from cep.service.problems import PROBLEM_JSON, Problem
 from cep.service.ratelimit import RateLimiter
 from cep.service.runner import RunnerStopped
 from cep.service.service import Service
+from cep.service.spark_job import SparkJobError
 from cep.service.tokens import Principal, Scope
 from cep.service.trial import MAX_LAST, try_text
 
@@ -224,9 +225,11 @@ def create_app(service: Service) -> FastAPI:
             if isinstance(exc, RunnerStopped):
                 raise Problem(503, "The engine is not running", str(exc),
                               kind="engine-stopped") from None
+            if isinstance(exc, SparkJobError):
+                raise Problem(503, "The Spark job's stream did not take the events", str(exc),
+                              kind="stream-unavailable") from None
             raise
-        await run_in_threadpool(partial(service.recent.add, pieces, stream,
-                                        batch=result.batch, received=result.received))
+        await run_in_threadpool(service.keep_recent, pieces, stream, result)
         return JSONResponse(result.as_dict())
 
     @app.get("/events/recent", summary="Events kept for the console: a stream's last ones, or "
@@ -377,8 +380,7 @@ def _keep_recent_later(service: Service, pieces: list, stream: str | None,
         return
     result = done.result()
     asyncio.get_running_loop().run_in_executor(
-        None, partial(service.recent.add, pieces, stream, batch=result.batch,
-                      received=result.received))
+        None, service.keep_recent, pieces, stream, result)
 
 
 def _rule_dot(service: Service, name: str) -> str:

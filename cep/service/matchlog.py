@@ -163,6 +163,18 @@ class MatchLog:
                 )
         self.notifier.notify()
 
+    def add_dead_letters(self, letters: Sequence[dict[str, Any]], batch: int) -> None:
+        """Store dead letters that belong to no logged batch (under number ``batch``), then
+        wake the readers."""
+        if not letters:
+            return
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT INTO dead_letters (batch, reason, body) VALUES (?, ?, ?)",
+                [(batch, str(d.get("reason", "")), _json(d)) for d in letters],
+            )
+        self.notifier.notify()
+
     def forget_batches(self, upto: int) -> None:
         """Drop the events of batches ``<= upto`` (a checkpoint holds their effect now)."""
         with self._transaction() as db:
@@ -179,10 +191,11 @@ class MatchLog:
             ).fetchall()
         return [BatchRecord(r[0], r[1], bytes(r[3]), r[2]) for r in rows]
 
-    def last_batch(self) -> int:
+    def last_batch(self, default: int = 0) -> int:
+        """The largest batch number logged (``default`` when none is)."""
         with self._read_lock:
-            return int(self._reader.execute("SELECT max(batch) FROM batches").fetchone()[0]
-                       or 0)
+            found = self._reader.execute("SELECT max(batch) FROM batches").fetchone()[0]
+        return default if found is None else int(found)
 
     def read(
         self, log: str, *, after: int, limit: int, name: str | None = None

@@ -154,6 +154,16 @@ class RecentEvents:
         if self._store is not None:
             self._store.flush_soon(self.flush_s, self._flush)
 
+    def add_at(self, pieces: list[Piece], stream: str | None, position: int) -> None:
+        """Keep the events of a posted body whose first line took arrival position
+        ``position`` (known to whoever placed the lines: a Redis stream's length before them)."""
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._keep(pieces, stream, position)
+        if self._store is not None:
+            self._store.flush_soon(self.flush_s, self._flush)
+
     def lost_batch(self) -> None:
         """A batch failed in the engine: the positions of later events are not known."""
         with self._lock:

@@ -1,4 +1,4 @@
-"""A bounded load over loopback: 200 registry changes while 20,000 events are posted. Every
+"""A bounded load over loopback: 1,000 registry changes while 100,000 events are posted. Every
 acknowledged change is in effect afterwards, and every event is accounted for."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from service_support import STREAM, T0
 from query_lang import print_declaration
 
 NAMES = 5
-CHANGES = 200
-EVENTS = 20_000
+CHANGES = 1000
+EVENTS = 100_000
 BATCH = 500
 
 
