@@ -12,7 +12,8 @@ achieved, the CPU seconds the run used while the events were written and the loa
 the machine (1 minute) when the rate ended::
 
     .venv/bin/python bench/bench_latency.py --engine embedded --rates 5000,20000,40000
-    .venv/bin/python bench/bench_latency.py --engine spark --rates 10000,50000 --seconds 40
+    .venv/bin/python bench/bench_latency.py --engine spark --rates 10000,50000 --seconds 40 \
+        --warm 60
 
 ``--tree DIR`` runs another checkout's ``vigil run`` (``git worktree add /tmp/before HEAD~1``)
 with this script, and several trees alternate within each round (``--rounds``), so that a
@@ -92,15 +93,18 @@ def _line(i: int, hot: bool) -> str:
 
 
 def run_rate(engine: str, rate: int, seconds: float, hot_every: int, master: str,
-             tree: Path = ROOT) -> Result:
-    """One run of ``vigil run --follow`` (of the checkout ``tree``) at ``rate`` events/s."""
+             tree: Path = ROOT, warm_s: float = 0.0) -> Result:
+    """One run of ``vigil run --follow`` (of the checkout ``tree``) at ``rate`` events/s,
+    measured after ``warm_s`` seconds at that rate (the alerts of events written then are
+    not counted)."""
     secret = new_secret()
     latencies: list[float] = []
     lock = threading.Lock()
+    since = [0.0]  # alerts of events written before this wall-clock time are not counted
 
     def on_alert(alert: ReceivedAlert) -> None:
         sent = (alert.data or {}).get("values", {}).get("sent")
-        if isinstance(sent, int | float):
+        if isinstance(sent, int | float) and sent >= since[0]:
             with lock:
                 latencies.append(alert.received_at - float(sent))
 
@@ -129,6 +133,11 @@ def run_rate(engine: str, rate: int, seconds: float, hot_every: int, master: str
                     text = Path(tmp, "run.log").read_text()
                     raise RuntimeError(f"the run never delivered:\n{text}")
                 time.sleep(0.05)
+            with lock:
+                latencies.clear()
+            if warm_s > 0:
+                _write(events, rate, warm_s, hot_every)
+            since[0] = time.time()
             with lock:
                 latencies.clear()
             cpu_start = _process_cpu(proc.pid)
@@ -212,7 +221,8 @@ def find_max(engine: str, start: int, args: argparse.Namespace, tree: Path) -> i
     while True:
         runs = []
         for _ in range(args.rounds):
-            r = run_rate(engine, rate, args.seconds, args.hot_every, args.master, tree)
+            r = run_rate(engine, rate, args.seconds, args.hot_every, args.master, tree,
+                         args.warm)
             print(r.row(), flush=True)
             runs.append(r)
         if not (all(r.sustained for r in runs)
@@ -226,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=["embedded", "spark"], default="embedded")
     parser.add_argument("--rates", default="5000,20000,40000")
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--warm", type=float, default=0.0, metavar="SECONDS",
+                        help="write at the rate this long before measuring (a Spark query "
+                        "takes some ten micro-batches to reach its speed; default 0)")
     parser.add_argument("--hot-every", type=int, default=200,
                         help="one event in N fires an alert (default 200)")
     parser.add_argument("--master", default="local[2]")
@@ -251,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for rate in rates:
             for tree in trees:
-                r = run_rate(args.engine, rate, args.seconds, args.hot_every, args.master, tree)
+                r = run_rate(args.engine, rate, args.seconds, args.hot_every, args.master, tree,
+                             args.warm)
                 results.append(r)
                 print(r.row(), flush=True)
     if args.rounds > 1:
