@@ -97,7 +97,7 @@ class RecentEvents:
         self._seq = 0  # the order of events across streams, for a trial that reads several
         self._position: int | None = None
         self._next_batch = 0
-        self._waiting: dict[int, tuple[list[Piece], str | None, int]] = {}
+        self._waiting: dict[int, tuple[list[Piece], str | None, int, str | None]] = {}
         self._lock = threading.Lock()
         self.restored = 0
         """Events read back from ``path`` when the rings were made."""
@@ -132,21 +132,22 @@ class RecentEvents:
                 del self._index[stale]
 
     def add(self, pieces: list[Piece], stream: str | None, *, batch: int | None = None,
-            received: int = 0) -> None:
+            received: int = 0, sole: str | None = None) -> None:
         """Keep the events of a posted body (its pieces, :func:`cep.service.intake.parse_events`);
-        ``stream`` binds every line, else each event's ``stream`` field says it. ``batch`` and
+        ``stream`` binds every line, else each event's ``stream`` field says it, else ``sole``
+        (the program's only stream, which the engine gives such events). ``batch`` and
         ``received`` are its number and line count as the engine fed it; batches may be added
         in any order, their events are kept in the engine's."""
         if self.size <= 0:
             return
         with self._lock:
             if batch is None or self._position is None:
-                self._keep(pieces, stream, None)
+                self._keep(pieces, stream, None, sole)
             else:
-                self._waiting[batch] = (pieces, stream, received)
+                self._waiting[batch] = (pieces, stream, received, sole)
                 while self._next_batch in self._waiting:
-                    pieces, stream, received = self._waiting.pop(self._next_batch)
-                    self._keep(pieces, stream, self._position)
+                    pieces, stream, received, sole = self._waiting.pop(self._next_batch)
+                    self._keep(pieces, stream, self._position, sole)
                     self._position += received
                     self._next_batch += 1
                 if len(self._waiting) > MAX_WAITING:
@@ -154,13 +155,15 @@ class RecentEvents:
         if self._store is not None:
             self._store.flush_soon(self.flush_s, self._flush)
 
-    def add_at(self, pieces: list[Piece], stream: str | None, position: int) -> None:
+    def add_at(self, pieces: list[Piece], stream: str | None, position: int,
+               sole: str | None = None) -> None:
         """Keep the events of a posted body whose first line took arrival position
-        ``position`` (known to whoever placed the lines: a Redis stream's length before them)."""
+        ``position`` (known to whoever placed the lines: a Redis stream's length before them);
+        ``stream`` and ``sole`` as :meth:`add` takes them."""
         if self.size <= 0:
             return
         with self._lock:
-            self._keep(pieces, stream, position)
+            self._keep(pieces, stream, position, sole)
         if self._store is not None:
             self._store.flush_soon(self.flush_s, self._flush)
 
@@ -173,10 +176,11 @@ class RecentEvents:
         waiting = [self._waiting[b] for b in sorted(self._waiting)]
         self._position = None
         self._waiting.clear()
-        for pieces, stream, _ in waiting:
-            self._keep(pieces, stream, None)
+        for pieces, stream, _, sole in waiting:
+            self._keep(pieces, stream, None, sole)
 
-    def _keep(self, pieces: list[Piece], stream: str | None, position: int | None) -> None:
+    def _keep(self, pieces: list[Piece], stream: str | None, position: int | None,
+              sole: str | None = None) -> None:
         for piece, first in _positions(pieces, position):
             if not isinstance(piece, EventBatch):
                 continue
@@ -188,7 +192,7 @@ class RecentEvents:
                 event = _object(raw[i])
                 if event is None:
                     continue
-                name = stream if stream is not None else event.get("stream")
+                name = stream if stream is not None else event.get("stream", sole)
                 if isinstance(name, str):
                     self._append(name, None if first is None else first + i, event)
 

@@ -148,6 +148,7 @@ class Service:
         self.limiter = RateLimiter(config.rate, config.burst)
         self.recent = RecentEvents(config.recent, os.path.join(config.state_dir, RECENT_FILE))
         self.stopping = False
+        self._streams: tuple[int, str | None] | None = None  # (version, its only stream)
 
     def start(self) -> None:
         self.runner.start()
@@ -165,13 +166,26 @@ class Service:
 
     def keep_recent(self, pieces: list[Piece], stream: str | None, result: Any) -> None:
         """Keep the events of a posted body once it was fed (its ``result``) for the console,
-        at the arrival positions they took."""
+        at the arrival positions they took (an event without a stream under the program's
+        only one, where the engine puts it)."""
+        sole = self._sole_stream(self.registry.version if isinstance(result, PostedResult)
+                                 else result.registry_version)
         if isinstance(result, PostedResult):
             if result.first_position is not None:  # only its events reached the job's stream
                 events = [p for p in pieces if isinstance(p, EventBatch)]
-                self.recent.add_at(events, stream, result.first_position)
+                self.recent.add_at(events, stream, result.first_position, sole)
         else:
-            self.recent.add(pieces, stream, batch=result.batch, received=result.received)
+            self.recent.add(pieces, stream, batch=result.batch, received=result.received,
+                            sole=sole)
+
+    def _sole_stream(self, version: int) -> str | None:
+        """The only stream the program of registry ``version`` declares, or ``None``."""
+        known = self._streams
+        if known is None or known[0] != version:
+            names = [e.name for e in self.registry.store.current(version, shared=True)
+                     if e.space == "stream"]
+            known = self._streams = (version, names[0] if len(names) == 1 else None)
+        return known[1]
 
     def stop(self) -> None:
         self.stopping = True

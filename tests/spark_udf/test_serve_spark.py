@@ -115,7 +115,7 @@ def test_the_api_next_to_a_spark_job(tmp_path: Path, redis_port: int) -> None:
 
         # A line that is no event is refused at the API; the others reach the job's stream.
         body = "".join(lines(AMOUNTS_1, 0)) + "{not json\n"
-        answer = client.post("/events", params={"stream": "txn"}, content=body).json()
+        answer = client.post("/events", content=body).json()  # txn: the only stream
         assert (answer["received"], answer["appended"], answer["dead"]) == (8, 7, 1), answer
         assert answer["reasons"] == {"invalid_json": 1} and answer["first_position"] == 0
         refused = client.get("/dead-letters").json()["dead_letters"]

@@ -105,3 +105,19 @@ def test_try_over_the_last_events_after_a_restart(tmp_path):
                              json={"text": rule("t", "amount > 250"), "last": 100}).json()
         assert (answer["source"], answer["events"]) == ("recent", 5)
         assert len(answer["matches"]) == 2  # 300 and 400
+
+
+def test_events_without_a_stream_field_are_kept_under_the_programs_only_stream(tmp_path):
+    service = make_service(tmp_path)
+    write = {"Authorization": f"Bearer {service.tokens.create('ana', 'write')}"}
+    bare = [{k: v for k, v in txn("c1", 100 * i, i).items() if k != "stream"} for i in range(3)]
+    with in_process_client(create_app(service)) as client:
+        client.put("/queries/big", content=STREAM + rule("big", "amount > 150"), headers=write)
+        answer = client.post("/events", content=lines(*bare), headers=write).json()
+        assert answer["accepted"] == 3  # the engine puts them in txn, the only stream
+        kept = client.get("/events/recent", headers=write, params={"stream": "txn"}).json()
+        assert [e["event"] for e in kept["events"]] == bare
+        match = client.get("/matches", headers=write).json()["matches"][0]
+        opened = client.get("/events/recent", headers=write,
+                            params={"positions": str(match["events"]["b"][0])}).json()
+        assert [e["event"]["amount"] for e in opened["events"]] == [200]
