@@ -36,3 +36,15 @@ def test_every_planted_situation_is_found(tmp_path, capsys):
         assert not missing, f"{name}: planted but not found: {sorted(missing)[:5]}"
     kinds = {m["kind"] for m in matches}
     assert kinds == {"rule", "query", "metric"}
+
+
+def test_the_examples_events_are_the_generators(tmp_path):
+    """`examples/events/` is `vigil sample --out examples/events --events 3000 --files 3`."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "events"
+    assert main(["sample", "--out", str(tmp_path), "--events", "3000", "--files", "3"]) == 0
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == sorted(p.name for p in examples.iterdir())
+    for name in made:
+        assert (tmp_path / name).read_bytes() == (examples / name).read_bytes(), name
