@@ -156,7 +156,6 @@ class Service:
             # Posted lines take the engine's next arrival positions from here on.
             self.recent.start(position=self.runner.stats["events"],
                               batch=self.runner.stats["batches"] + 1)
-        if isinstance(self.runner, EngineRunner):
             log.info("vigil serve: registry %s at version %d; state in %s",
                      self.registry.path, self.runner.applied, self.config.state_dir)
         else:
@@ -217,6 +216,11 @@ def _check_mode(state_dir: str, job: SparkJob | None, match_log: MatchLog) -> No
     try:
         with open(path, encoding="utf-8") as handle:
             recorded = json.load(handle)
+        if not isinstance(recorded, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise ServiceError(f"{path} is not what vigil serve wrote ({exc}); it says which "
+                           "engine the state directory serves") from None
     except FileNotFoundError:
         # A state written before the record: the embedded engine's, if it holds anything.
         checkpoint = os.path.join(state_dir, "checkpoint")
@@ -226,8 +230,9 @@ def _check_mode(state_dir: str, job: SparkJob | None, match_log: MatchLog) -> No
                 or (os.path.isdir(checkpoint) and bool(os.listdir(checkpoint))))
         recorded = {"engine": "embedded"} if used else None
     if recorded is None:
-        with open(path, "w", encoding="utf-8") as handle:
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
             json.dump(wanted, handle)
+        os.replace(path + ".tmp", path)
         return
     if recorded == wanted:
         return
