@@ -262,10 +262,13 @@ class SparkJobLink:
         while not self._stop.wait(self.poll_s):
             try:
                 self._import()
-            except Exception as exc:  # the API answers 503 from here on; the log says why
-                log.exception("vigil serve: reading the Spark job's output failed")
-                self.failure = exc
-                return
+            except Exception as exc:  # tried again at the next poll; /status says why
+                error = f"importing the Spark job's micro-batches: {exc}"
+                if error != self.apply_error:
+                    log.exception("vigil serve: %s", error)
+                self.apply_error = error
+            else:
+                self.apply_error = None
 
     def _import(self) -> None:
         """Log every micro-batch the job committed since the last one logged."""

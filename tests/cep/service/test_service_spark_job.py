@@ -162,3 +162,17 @@ def test_refusals(tmp_path, redis_port, capsys):
         make_service(embedded, spark_job=job)
     assert main(["serve", "--spark-out", str(out), "--state", str(tmp_path / "x")]) == 2
     assert "--spark-out and --events-to go together" in capsys.readouterr().err
+
+
+def test_a_batch_that_cannot_be_read_is_said_and_tried_again(linked):
+    start, job, _ = linked
+    client, w = start()
+    (job.out / "part-000000000000.jsonl").write_text('{"name": "big", "match_id": "m1"\n')
+    (job.out / "_checkpoint" / "commits" / "0").write_text("v1\n{}\n")
+    _wait_for(lambda: client.get("/status", headers=w).json()["apply_error"])
+    error = client.get("/status", headers=w).json()["apply_error"]
+    assert "importing the Spark job's micro-batches" in error, error
+    assert client.post("/events", content=b'{"a": 1}\n', headers=w).status_code == 200
+    job.write(0, [{"name": "big", "match_id": "m1"}])  # the file as the sink writes it
+    _wait_for(lambda: client.get("/matches", headers=w).json()["matches"])
+    assert client.get("/status", headers=w).json()["apply_error"] is None
