@@ -22,6 +22,7 @@ import httpx
 import pytest
 from redis_servers import free_port
 from registry_changes import AMOUNTS_1, AMOUNTS_2, FRESH, SMALL_2, STREAM, V1, expected, key, lines
+from serve_processes import ServeProcess
 
 from cep.alerts import WebhookReceiver, new_secret
 from cep.registry import Registry
@@ -50,35 +51,6 @@ def _tail(logs: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(logs.glob("*.log")))
 
 
-class _Serve:
-    """``vigil serve`` next to the job, in its own process."""
-
-    def __init__(self, tmp_path: Path, args: list[str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(tmp_path / "serve.log", "a")  # closed in stop
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "cep.cli", "serve", *args, "--port", str(self.port),
-             "--rate", "0", "--log-level", "warning"],
-            stdout=self.log, stderr=self.log, cwd=tmp_path,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.process.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(self.url + "/openapi.json", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "vigil serve did not start"
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(30)
-        self.log.close()
-
-
 def test_the_api_next_to_a_spark_job(tmp_path: Path, redis_port: int) -> None:
     with_change, _ = expected()
     secret = new_secret()
@@ -97,7 +69,7 @@ def test_the_api_next_to_a_spark_job(tmp_path: Path, redis_port: int) -> None:
     stream = f"redis://127.0.0.1:{redis_port}/0/txn"
     serve_args = ["--registry", str(registry_path), "--state", str(state),
                   "--spark-out", str(out), "--events-to", stream, "--spark-dead-letter", str(dead)]
-    serve = _Serve(tmp_path, serve_args)
+    serve = ServeProcess(tmp_path, serve_args)
     job_log = open(tmp_path / "job.log", "w")
     job = subprocess.Popen(
         [sys.executable, "-m", "cep.cli", "run", "--registry", str(registry_path),
@@ -175,7 +147,7 @@ def test_the_api_next_to_a_spark_job(tmp_path: Path, redis_port: int) -> None:
 
         # A restarted service imports nothing twice, and refuses to serve that state alone.
         serve.stop()
-        serve = _Serve(tmp_path, serve_args)
+        serve = ServeProcess(tmp_path, serve_args)
         processes[1] = serve.process
         with httpx.Client(base_url=serve.url, headers=auth, timeout=60) as again:
             after = again.get("/matches", params={"limit": 1000}).json()["matches"]

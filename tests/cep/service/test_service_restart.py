@@ -6,51 +6,21 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from contextlib import closing
 
 import httpx
 from redis_servers import free_port
+from serve_processes import ServeProcess
 from service_support import STREAM, lines, rule, txn
 
 from cep.cli import main
 from cep.service import TokenStore
 
+SERVE = ["--registry", "registry.sqlite", "--state", "state", "--checkpoint-interval", "0.3"]
 PROBE = ("rule probe from txn by card pattern s b within 1h "
          "define s as amount < 1, b as amount > 500\n")
-
-
-class _Server:
-    def __init__(self, tmp_path, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        log = open(tmp_path / "serve.log", "a")  # closed in stop
-        self.log = log
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "cep.cli", "serve", "--registry",
-             str(tmp_path / "registry.sqlite"), "--state", str(tmp_path / "state"),
-             "--port", str(port), "--rate", "0", "--checkpoint-interval", "0.3",
-             "--log-level", "warning"],
-            stdout=log, stderr=log,
-        )
-        give_up = time.monotonic() + 60
-        while True:
-            assert self.process.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(self.url + "/openapi.json", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < give_up, "vigil serve did not start"
-            time.sleep(0.1)
-
-    def stop(self, sig: int) -> int:
-        self.process.send_signal(sig)
-        code = self.process.wait(30)
-        self.log.close()
-        return code
 
 
 def test_sigkill_and_restart_lose_and_repeat_nothing(tmp_path):
@@ -59,7 +29,7 @@ def test_sigkill_and_restart_lose_and_repeat_nothing(tmp_path):
     tokens.close()
     auth = {"Authorization": f"Bearer {token}"}
     port = free_port()
-    server = _Server(tmp_path, port)
+    server = ServeProcess(tmp_path, SERVE, port)
     client = httpx.Client(base_url=server.url, headers=auth, timeout=30)
     assert client.put("/queries/probe", content=STREAM + PROBE).status_code == 201
     assert client.put("/queries/big", content=rule("big", "amount > 900")).status_code == 201
@@ -109,7 +79,7 @@ def test_sigkill_and_restart_lose_and_repeat_nothing(tmp_path):
         worker.join()
     assert len(acknowledged) >= 12 and len(changes) == 5
 
-    server = _Server(tmp_path, port)
+    server = ServeProcess(tmp_path, SERVE, port)
     try:
         # Every acknowledged change is there, and in effect.
         for name, threshold in changes.items():
