@@ -29,7 +29,8 @@ per table row: ``len(VersionedTable.to_bytes()) / keys`` after the last change (
 
 ``--spark N`` also runs A and B on Spark (``local[2]``, ``vigil run``'s path: the rows as a
 JSON-lines file, micro-batches of ``--spark-batch`` rows) over the first ``N`` rows, alternately,
-timing each query's wall clock; A's matches must equal the embedded engine's on those rows.
+then C (unless ``--no-split``), timing each query's wall clock; A's matches must equal the
+embedded engine's on those rows.
 """
 
 from __future__ import annotations
@@ -264,9 +265,11 @@ def check(frame: pd.DataFrame, result: Run) -> bool:
 # ---------------------------------------------------------------------- Spark
 
 
-def spark_runs(frame: pd.DataFrame, rows: int, batch: int, rounds: int) -> None:
-    """A and B on Spark (local[2]) over the first ``rows`` rows: wall-clock rates and their
-    ratio, and A's matches against the embedded engine's on the same rows."""
+def spark_runs(frame: pd.DataFrame, rows: int, batch: int, rounds: int,
+               split: bool = False) -> None:
+    """A and B on Spark (local[2]) over the first ``rows`` rows, alternately (then C with
+    ``split``): wall-clock rates and their ratios, and A's matches against the embedded
+    engine's on the same rows."""
     from spark_udf import read_outputs
     from spark_udf.run import run_spark
     from spark_udf.session import session
@@ -284,9 +287,9 @@ def spark_runs(frame: pd.DataFrame, rows: int, batch: int, rounds: int) -> None:
     embedded.close()
     expected = sorted(m["match_id"] for m in embedded.drain())
     spark = session("local[2]", shuffle_partitions=2, app_name="vigil-bench-tables")
-    rates: dict[str, list[float]] = {"A": [], "B": []}
+    rates: dict[str, list[float]] = {"A": [], "B": [], "C": []}
     try:
-        for i, variant in enumerate(["A", "B"] * rounds):
+        for i, variant in enumerate(["A", "B"] * rounds + (["C"] if split else [])):
             program = os.path.join(work, f"{variant}.vigil")
             Path(program).write_text(VARIANTS[variant][1])
             out_dir = os.path.join(work, f"out-{i}")
@@ -306,6 +309,10 @@ def spark_runs(frame: pd.DataFrame, rows: int, batch: int, rounds: int) -> None:
     a, b = (sum(v) / len(v) for v in (rates["A"], rates["B"]))
     print(f"Spark local[2], {rows:,} rows ({events:,} transactions), micro-batches of "
           f"{batch:,}: A {a:,.0f} transactions/s, B {b:,.0f}; A keeps {a / b:.1%} of B's rate")
+    if rates["C"]:
+        c = sum(rates["C"]) / len(rates["C"])
+        print(f"C (table fed, no lookup) {c:,.0f} transactions/s: A keeps {a / c:.1%} of C's "
+              f"rate (the lookup), C {c / b:.1%} of B's (feeding the table)")
 
 
 # ---------------------------------------------------------------------- report
@@ -335,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({time.perf_counter() - started:.1f}s)", file=sys.stderr)
 
     if args.spark:
-        spark_runs(frame, args.spark, args.spark_batch, args.rounds)
+        spark_runs(frame, args.spark, args.spark_batch, args.rounds, split=not args.no_split)
         if args.spark_only:
             return 0
     schedule = ["A", "B"] * args.rounds + ([] if args.no_split else ["C", "D"])
