@@ -226,14 +226,20 @@ def read_batch(directory: str, batch_id: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for fmt in FORMATS:
         path = os.path.join(directory, _part_name(batch_id, fmt))
-        if not os.path.exists(path):
-            continue
-        if fmt == "jsonl":
-            with open(path, encoding="utf-8") as handle:
-                rows.extend(json.loads(line) for line in handle if line.strip())
-        else:
-            rows.extend(pq.read_table(path).to_pylist())
+        if os.path.exists(path):
+            rows.extend(_read_part(path))
     return rows
+
+
+def _read_part(path: str) -> list[dict[str, Any]]:
+    """The objects of one part file: match objects (``jsonl``), the operator's rows
+    (``parquet``)."""
+    if path.endswith(".jsonl"):
+        with open(path, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    if path.endswith(".parquet"):
+        return pq.read_table(path).to_pylist()
+    return []
 
 
 def read_outputs(directory: str, *, flushes: bool = True) -> list[dict[str, Any]]:
@@ -244,9 +250,5 @@ def read_outputs(directory: str, *, flushes: bool = True) -> list[dict[str, Any]
     """
     rows: list[dict[str, Any]] = []
     for path in _part_files(directory, flushes=flushes):
-        if path.endswith(".jsonl"):
-            with open(path, encoding="utf-8") as handle:
-                rows.extend(json.loads(line) for line in handle if line.strip())
-        elif path.endswith(".parquet"):
-            rows.extend(pq.read_table(path).to_pylist())
+        rows.extend(_read_part(path))
     return rows
