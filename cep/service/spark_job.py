@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -135,10 +134,8 @@ class SparkJobLink:
             self._client.close()
             raise SparkJobError(f"the Spark job's stream {self.key!r} cannot be reached: "
                                 f"{exc}") from None
-        self.failure: BaseException | None = None
         self.apply_error: str | None = None
         self.applied = 0
-        self.applied_at: float | None = None
         self.checkpointed_batch: int | None = None
         self._posted = 0
         self._counts: Counter[str] = Counter()
@@ -159,7 +156,7 @@ class SparkJobLink:
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive() and self.failure is None
+        return self._thread.is_alive()
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -215,8 +212,7 @@ class SparkJobLink:
         from cep.service.runner import RunnerStopped
 
         if not self.running:
-            raise RunnerStopped("the link to the Spark job is not running"
-                                + (f": {self.failure}" if self.failure else ""))
+            raise RunnerStopped("the link to the Spark job is not running")
 
     # ------------------------------------------------------------------ appending
 
@@ -286,8 +282,7 @@ class SparkJobLink:
             self._counts["batches"] += len(records)
             self._counts["matches"] += sum(len(r.matches) for r in records)
             self._counts["dead_letters"] += sum(len(r.dead_letters) for r in records)
-            if version != self.applied:
-                self.applied, self.applied_at = version, time.time()
+            self.applied = version
             due = [f for wanted, f in self._waiting if wanted <= self.applied]
             self._waiting = [(w, f) for w, f in self._waiting if w > self.applied]
         for future in due:
