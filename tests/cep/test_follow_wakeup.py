@@ -147,10 +147,13 @@ def test_lines_written_while_it_rests_are_read_together(tmp_path) -> None:
     path.write_text("")
     stop = StopSignal()
     blocks = []
+    rests = []
 
     def run() -> None:
         for item in FileSource(str(path), follow=True).blocks(stop):
-            if item is not IDLE:
+            if item is IDLE:
+                rests.append(time.monotonic())
+            else:
                 blocks.append(len(item))
 
     thread = threading.Thread(target=run, daemon=True)
@@ -166,8 +169,12 @@ def test_lines_written_while_it_rests_are_read_together(tmp_path) -> None:
             time.sleep(0.001)
         took = time.monotonic() - started
         assert sum(blocks) == 100
-        # a first read, then at most one per rest interval, however long the writes took
-        assert len(blocks) <= 1 + took / watching.READ_INTERVAL_S
+        # Each rest lasts the interval (the first after the pause excepted), however long the
+        # writes took; a read that finds more lines reads again before resting, so a loaded
+        # reader may take two blocks for one rest, but never one block per write.
+        during = [at for at in rests if at >= started]
+        assert len(during) <= 2 + took / watching.READ_INTERVAL_S
+        assert len(blocks) <= 50
     finally:
         stop.set()
         thread.join(timeout=10)

@@ -25,6 +25,15 @@ TIMEOUT_MS = 15_000
 NEWS = "stream news (title text, ts timestamp) time ts\n"
 
 
+def expect(locator):
+    """Playwright's ``expect``, waiting as long as the pages do. (``wait_for_function`` is not
+    used: it evaluates its text with ``eval`` in the page, which the console's
+    Content-Security-Policy forbids whenever its first try is false.)"""
+    from playwright.sync_api import expect as playwright_expect
+    playwright_expect.set_options(timeout=TIMEOUT_MS)
+    return playwright_expect(locator)
+
+
 def _unavailable(reason: str) -> None:
     """As the ``unavailable`` fixture does, for the session's fixtures: fail under
     ``CI=true``, where ``.ci/run`` installs Chromium; skip elsewhere."""
@@ -277,7 +286,7 @@ def test_the_table_filters_sorts_and_charts_a_metric(page, console, tmp_path):
     page.locator("#query-table th[data-key=name] button").click()  # descending now
     assert names.all_inner_texts() == sorted(names.all_inner_texts(), reverse=True)
     page.get_by_label("Filter").fill("metric")
-    page.wait_for_function("document.querySelectorAll('#query-table tbody tr').length === 1")
+    expect(page.locator("#query-table tbody tr")).to_have_count(1)
     assert names.all_inner_texts() == ["per_minute"]
     shot(page, tmp_path, "table")
     # The tabs follow the arrow keys, Home and End.
@@ -319,11 +328,12 @@ def test_the_automaton_picture(page, console, tmp_path):
     sign_in(page, console, console.write)
     page.get_by_role("button", name="Edit big").click()
     page.get_by_label("Name").wait_for()
-    page.wait_for_function("document.getElementById('source').value.includes('rule big')")
+    expect(page.locator("#source")).to_have_value(re.compile("rule big"))
     page.get_by_role("button", name="Automaton").click()
     picture = page.get_by_role("img", name="The compiled automaton of rule big")
     picture.wait_for()
-    page.wait_for_function("document.getElementById('automaton-img').naturalWidth > 0")
+    expect(picture).to_have_js_property("complete", True)
+    assert picture.evaluate("(img) => img.naturalWidth") > 0
     shot(page, tmp_path, "automaton")
 
 
