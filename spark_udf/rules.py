@@ -123,7 +123,8 @@ def processor_specs(
                              tables=tables.readers)
         for decl in rule_decls
     ]
-    StandingQueries(lateness_ms).compile(standing, streams, lists)  # queries must compile too
+    # Queries and metrics must compile too.
+    StandingQueries(lateness_ms).compile(standing, streams, lists, tables=tables.readers)
     metrics = [d for d in standing if isinstance(d, ast.MetricDecl)]
     if not rules and not standing:
         raise OperatorConfigError(
@@ -143,24 +144,30 @@ def processor_specs(
         processor.tables = _processor_tables(
             [decls[n] for n in names], processor, tables, streams
         )
-    for decl in metrics:
-        metric = compile_program_metric(decl, streams, lists, lateness_ms=lateness_ms,
-                                        version=versions.get(decl.name, 1))
-        processors.append(
-            (MetricProcessor(metric, streams, lateness_ms=lateness_ms), (decl.name,))
-        )
+    compiled_metrics = [
+        compile_program_metric(decl, streams, lists, lateness_ms=lateness_ms,
+                               version=versions.get(decl.name, 1), tables=tables.readers)
+        for decl in metrics
+    ]
+    for name, horizon in lookup_horizons((), compiled_metrics).items():
+        tables.widen(name, horizon)
+    for decl, metric in zip(metrics, compiled_metrics, strict=True):
+        processor = MetricProcessor(metric, streams, lateness_ms=lateness_ms)
+        processor.tables = _processor_tables([decl], processor, tables, streams)
+        processors.append((processor, (decl.name,)))
     specs = [_spec(processor, names, schemas) for processor, names in processors]
     # Queries are not keyed: spark_udf.queries runs them per partition.
     return specs, sorted(d.name for d in standing if isinstance(d, ast.QueryDecl))
 
 
 def _processor_tables(
-    rules: Sequence[ast.RuleDecl],
+    rules: Sequence[ast.RuleDecl | ast.MetricDecl],
     processor: Any,
     tables: Tables,
     streams: Mapping[str, ast.StreamDecl],
 ) -> Tables | None:
-    """The tables a processor's rules look up, kept in its buckets beside the keys.
+    """The tables a processor's rules (or its metric) look up, kept in its buckets beside the
+    keys (a metric's keys are its ``by`` groups).
 
     A table every lookup reads by the rule's own key (``lookup(cards, card_id)`` in a rule
     ``by card_id``, of the same declared types) is *partitioned*: its changelog rows are routed

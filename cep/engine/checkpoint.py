@@ -632,7 +632,7 @@ class _Restore:
         engine = self.engine
         return compile_program_metric(
             decl, engine._streams, engine._lists, lateness_ms=engine._standing.lateness_ms,
-            version=version,
+            version=version, tables=engine._tables.readers,
         )
 
     def _rule(self, decl: ast.RuleDecl, version: int) -> Any:

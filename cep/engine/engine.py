@@ -290,7 +290,7 @@ class Engine:
         versions = self._returning_versions(new_decls, streams, lists)
         compiled = [self._compile(decl, streams, lists, versions.get(decl.name, 1), tables)
                     for decl in rules_here]
-        standing = self._standing.compile(standing_here, streams, lists, versions)
+        standing = self._standing.compile(standing_here, streams, lists, versions, tables)
 
         # Nothing can fail past this point: commit the registration.
         self._declarations.update((_declared_as(d), d) for d in new_decls)
@@ -307,7 +307,9 @@ class Engine:
                 self._webhooks[decl.name] = decl
         for feed in new_tables:
             self._tables.add(feed)
-        for table, horizon in lookup_horizons(rules_here).items():
+        metrics_here = [value.compiled for decl, value in standing
+                        if isinstance(decl, ast.MetricDecl)]
+        for table, horizon in lookup_horizons(rules_here, metrics_here).items():
             self._tables.widen(table, horizon)
         self._standing.add(standing, streams)
         for name in versions:

@@ -211,15 +211,19 @@ def empty_tables(
             for name, decl in tables.items() if decl.stream in streams}
 
 
-def lookup_horizons(rules: Sequence[ast.RuleDecl]) -> dict[str, int]:
-    """Per table, the longest ``within`` of the rules that look it up (0 without one): how far
-    behind the watermark a match's ``emit`` may read it (a match an absence fires)."""
+def lookup_horizons(
+    rules: Sequence[ast.RuleDecl], metrics: Sequence[CompiledMetric] = ()
+) -> dict[str, int]:
+    """Per table, how far behind the watermark something may read it: the longest ``within``
+    of the rules that look it up (0 without one; a match an absence fires reads it in its
+    ``emit``) and the lateness of the metrics that do (a late event correcting a window)."""
     horizons: dict[str, int] = {}
-    for rule in rules:
-        for node in ast.walk(rule):
+    reads = [(rule, rule.within.ms if rule.within is not None else 0) for rule in rules]
+    reads += [(metric.decl, metric.lateness_ms) for metric in metrics if metric.reads_tables]
+    for decl, behind in reads:
+        for node in ast.walk(decl):
             if isinstance(node, ast.Lookup):
-                within = rule.within.ms if rule.within is not None else 0
-                horizons[node.table] = max(horizons.get(node.table, 0), within)
+                horizons[node.table] = max(horizons.get(node.table, 0), behind)
     return horizons
 
 
@@ -257,10 +261,11 @@ def compile_program_metric(
     *,
     lateness_ms: int | None = None,
     version: int = 1,
+    tables: Mapping[str, Any] | None = None,
 ) -> CompiledMetric:
     """A metric of a program compiled as every engine runs it (see
     :func:`compile_program_rule`)."""
     return compile_metric(
         decl, streams=streams, lists=lists, search=field_predicate, lateness_ms=lateness_ms,
-        version=version,
+        version=version, tables=tables,
     )

@@ -75,15 +75,16 @@ class StandingQueries:
         streams: Mapping[str, ast.StreamDecl],
         lists: Mapping[str, Any],
         versions: Mapping[str, int] | None = None,
+        tables: Mapping[str, Any] | None = None,
     ) -> list[tuple[ast.Node, Any]]:
         """Compile declarations without registering them (so a failing one registers none),
-        each metric at its version in ``versions`` (default 1)."""
+        each metric at its version in ``versions`` (default 1), reading ``tables``."""
         compiled = []
         for decl in decls:
             if isinstance(decl, ast.MetricDecl):
                 metric = compile_program_metric(
                     decl, streams, lists, lateness_ms=self.lateness_ms,
-                    version=(versions or {}).get(decl.name, 1),
+                    version=(versions or {}).get(decl.name, 1), tables=tables,
                 )
                 compiled.append((decl, MetricOperator(metric)))
             else:

@@ -28,11 +28,22 @@ from cep.metrics.aggregates import (
 )
 from cep.metrics.errors import MetricCompileError
 from cep.metrics.windows import WindowShape
-from query_lang.ast import Call, Expr, FieldRef, Literal, MetricDecl, Node, Span, StreamDecl
+from query_lang.ast import (
+    Call,
+    Expr,
+    FieldRef,
+    Literal,
+    Lookup,
+    MetricDecl,
+    Node,
+    Span,
+    StreamDecl,
+)
 from query_lang.compiler import (
     CompileError,
     Scope,
     SearchHook,
+    TableReader,
     compile_columnar_predicate,
     compile_expr,
     compile_masked,
@@ -68,6 +79,10 @@ class CompiledMetric:
         Output value names, in ``select`` order.
     fingerprint:
         sha256 of the definition; state bytes only load into an operator of the same metric.
+    reads_tables:
+        Whether ``where`` or an aggregate's argument reads a table (``lookup``): the operator
+        then holds each event until the watermark passes it, and evaluates it as of its time
+        (``docs/semantics.md``, *Tables*).
     """
 
     name: str
@@ -86,6 +101,7 @@ class CompiledMetric:
     aggregates: tuple[Aggregate, ...] = dataclasses.field(repr=False)
     select: tuple[Callable[..., Any], ...] = dataclasses.field(repr=False)
     having: Callable[..., bool] | None = dataclasses.field(repr=False)
+    reads_tables: bool = False
 
 
 def aggregate_slot(i: int) -> str:
@@ -124,6 +140,7 @@ def compile_metric(
     search: SearchHook | None = None,
     lateness_ms: int | None = None,
     version: int = 1,
+    tables: Mapping[str, TableReader] | None = None,
 ) -> CompiledMetric:
     """Compile a ``metric`` declaration for :class:`~cep.metrics.MetricOperator`.
 
@@ -142,6 +159,8 @@ def compile_metric(
         metric's streams, 0 when none is declared).
     version:
         The metric's version, part of every ``match_id``.
+    tables:
+        Declared tables by name, for ``lookup`` in ``where`` and aggregate arguments.
 
     Raises
     ------
@@ -202,19 +221,24 @@ def compile_metric(
             (streams[s].lateness.ms for s in metric.streams if streams[s].lateness is not None),
             default=0,
         )
-    scope = Scope(streams=frozenset(metric.streams), lists=dict(lists or {}), search=search)
+    scope = Scope(streams=frozenset(metric.streams), lists=dict(lists or {}), search=search,
+                  tables=dict(tables or {}))
     found: list[Call] = []
     select_exprs = [_replace_aggregates(item.expr, found) for item in metric.select]
     arg_exprs: list[Expr] = []
     aggregates: list[Aggregate] = []
     for call in found:
         aggregates.append(_build_aggregate(call, arg_exprs, fail))
+    per_event = [e for e in (metric.where, *arg_exprs) if e is not None]
+    reads_tables = any(isinstance(n, Lookup) for e in per_event for n in walk(e))
     try:
         where_batch = where_event = None
         if metric.where is not None:
-            where_batch = compile_columnar_predicate(metric.where, scope)
+            # A lookup reads each event's own time: such a metric runs event by event.
+            if not reads_tables:
+                where_batch = compile_columnar_predicate(metric.where, scope)
             where_event = compile_predicate(metric.where, scope)
-        args_batch = tuple(compile_masked(e, scope) for e in arg_exprs)
+        args_batch = () if reads_tables else tuple(compile_masked(e, scope) for e in arg_exprs)
         args_event = tuple(compile_expr(e, scope) for e in arg_exprs)
         select = tuple(compile_expr(e, scope) for e in select_exprs)
         having = None if metric.having is None else compile_predicate(metric.having, scope)
@@ -244,6 +268,7 @@ def compile_metric(
         aggregates=tuple(aggregates),
         select=select,
         having=having,
+        reads_tables=reads_tables,
     )
 
 

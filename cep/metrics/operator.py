@@ -86,6 +86,10 @@ class MetricOperator:
     {'card': 'a'} 1970-01-01T00:00:00.000Z 1970-01-01T00:01:00.000Z {'total': 12.0}
     {'card': 'b'} 1970-01-01T00:00:00.000Z 1970-01-01T00:01:00.000Z {'total': 1.0}
 
+    A metric whose ``where`` or an aggregate's argument reads a table (``lookup``) holds each
+    event until the watermark passes its time, so that the table holds every change up to
+    then, and reads it as of that time (``CompiledMetric.reads_tables``).
+
     A late event corrects a window still retained (here with no lateness: none is):
 
     >>> operator.late({"card": "b", "amount": 4.0}, 50_000, 60_000) is None
@@ -103,6 +107,9 @@ class MetricOperator:
         self._tiebreak = 0
         self._next_session = 0
         self._seen_slots = [i for i, a in enumerate(compiled.aggregates) if isinstance(a, Seen)]
+        # Events waiting for the watermark (a metric that reads tables): (time, arrival, fields).
+        self._held: list[tuple[int, int, dict[str, Any]]] = []
+        self._arrivals = 0
 
     # ------------------------------------------------------------ public API
 
@@ -113,14 +120,18 @@ class MetricOperator:
 
     @property
     def is_empty(self) -> bool:
-        """Whether the operator holds nothing: no group has a window or a ``seen`` history."""
-        return not self._groups
+        """Whether the operator holds nothing: no group has a window or a ``seen`` history,
+        no event waits for the watermark."""
+        return not self._groups and not self._held
 
     @property
     def next_due_ms(self) -> int | None:
         """The smallest watermark at which :meth:`advance_watermark` has work (a window to fire
-        or to forget), or ``None``: where a caller that stores the operator sets its timer."""
+        or to forget, an event held to take), or ``None``: where a caller that stores the
+        operator sets its timer."""
         heads = [queue[0][0] for queue in (self._fire_queue, self._purge_queue) if queue]
+        if self._held:
+            heads.append(self._held[0][0])
         return min(heads) if heads else None
 
     def process_batch(self, df: pd.DataFrame, watermark_ms: int | None = None) -> list[dict]:
@@ -143,6 +154,9 @@ class MetricOperator:
         if len(df):
             ts = time_column(df, self.compiled.name)
             self._check_on_time(int(ts.min()))
+            if self.compiled.reads_tables:
+                self._hold_frame(df, ts)
+                return self.advance_watermark(watermark_ms) if watermark_ms is not None else []
             if "_seq" in df.columns:
                 order = np.lexsort((df["_seq"].to_numpy(), ts))
             else:
@@ -167,7 +181,10 @@ class MetricOperator:
         the watermark and return what closed. Same results as :meth:`process_batch`."""
         ts_ms = int(ts_ms)
         self._check_on_time(ts_ms)
-        self._ingest_event(event_fields, ts_ms)
+        if self.compiled.reads_tables:
+            self._hold(ts_ms, event_fields)
+        else:
+            self._ingest_event(event_fields, ts_ms)
         return self.advance_watermark(watermark_ms) if watermark_ms is not None else []
 
     def advance_watermark(self, wm_ms: int) -> list[dict]:
@@ -178,6 +195,7 @@ class MetricOperator:
             return []
         # At the same watermark there can still be work: windows a late event left to forget.
         self.watermark = wm_ms
+        self._take_held()
         rows, _ = self._fire_due()
         self._purge()
         return _ordered(rows)
@@ -194,10 +212,15 @@ class MetricOperator:
         """
         ts_ms = int(ts_ms)
         where = self.compiled.where_event
-        if where is not None and not where(event_fields):
+        if where is not None and not where(
+            event_fields, _At(ts_ms) if self.compiled.reads_tables else None
+        ):
             return []
         if ts_ms >= self.watermark:
-            self._ingest_event(event_fields, ts_ms)
+            if self.compiled.reads_tables:
+                self._hold(ts_ms, event_fields)
+            else:
+                self._ingest_event(event_fields, ts_ms)
             return []
         if not self._retained(ts_ms, max(self.watermark, int(watermark_ms))):
             return None
@@ -230,18 +253,43 @@ class MetricOperator:
             return ts_ms >= watermark - lateness
         return shape.earliest_end(ts_ms) + lateness > watermark
 
+    def _hold(self, ts_ms: int, event_fields: Mapping[str, Any]) -> None:
+        """Keep an event until the watermark passes its time (a metric that reads tables)."""
+        self._arrivals += 1
+        fields = {name: normalise_value(value) for name, value in event_fields.items()}
+        heapq.heappush(self._held, (ts_ms, self._arrivals, fields))
+
+    def _hold_frame(self, df: pd.DataFrame, ts: np.ndarray) -> None:
+        """:meth:`_hold` of a batch's rows, in ``(time, _seq)`` order."""
+        records = df.drop(columns=["ts", "_seq"], errors="ignore").to_dict("records")
+        if "_seq" in df.columns:
+            order = np.lexsort((df["_seq"].to_numpy(), ts))
+        else:
+            order = np.argsort(ts, kind="stable")
+        for i in order.tolist():
+            self._hold(int(ts[i]), records[i])
+
+    def _take_held(self) -> None:
+        """Absorb the held events the watermark has passed (at or before it), oldest first: the
+        tables they read hold every change up to their times by now."""
+        held = self._held
+        while held and held[0][0] <= self.watermark:
+            ts_ms, _, fields = heapq.heappop(held)
+            self._ingest_event(fields, ts_ms)
+
     def _ingest_event(self, event_fields: Mapping[str, Any], ts_ms: int) -> tuple | None:
         """Absorb one event; returns its group key, or None when ``where`` rejects it."""
         compiled = self.compiled
-        if compiled.where_event is not None and not compiled.where_event(event_fields):
+        at = _At(ts_ms) if compiled.reads_tables else None
+        if compiled.where_event is not None and not compiled.where_event(event_fields, at):
             return None
         key = tuple(normalise_value(event_fields.get(f)) for f in compiled.by)
         if compiled.shape.mode == SLIDING_EVENT:
             # Its windows are computed from the group's rows, which are columns anyway.
-            columns = [scalar_column(f(event_fields)) for f in compiled.args_event]
+            columns = [scalar_column(f(event_fields, at)) for f in compiled.args_event]
             self._ingest(np.array([ts_ms], dtype=np.int64), [key], np.zeros(1, np.int64), columns)
         else:
-            values = [scalar_value(f(event_fields)) for f in compiled.args_event]
+            values = [scalar_value(f(event_fields, at)) for f in compiled.args_event]
             self._ingest_one(ts_ms, key, values)
         return key
 
@@ -565,6 +613,9 @@ class MetricOperator:
         out.u32(len(self._groups))
         for group in self._groups.values():
             group.write(out, self.compiled.aggregates)
+        if self.compiled.reads_tables:
+            held = [[ts, fields] for ts, _, fields in sorted(self._held)]
+            out.blob(json.dumps(held, separators=(",", ":")).encode("utf-8"))
         return CODEC.encode(out.finish(), self.compiled.fingerprint)
 
     @classmethod
@@ -597,8 +648,30 @@ class MetricOperator:
                     operator._schedule(operator._purge_queue, due, group.key, wid)
                 else:
                     operator._schedule(operator._fire_queue, window.end, group.key, wid)
+        if compiled.reads_tables:
+            for ts_ms, fields in json.loads(src.blob().decode("utf-8")):
+                operator._hold(int(ts_ms), fields)
         src.done()
         return operator
+
+
+class _At:
+    """The match context of one event of a metric: its time, which ``lookup`` reads a table as
+    of (a metric has no pattern variables or previous events)."""
+
+    __slots__ = ("ts_ms",)
+
+    def __init__(self, ts_ms: int) -> None:
+        self.ts_ms = ts_ms
+
+    def bound(self, var: str) -> list:
+        return []
+
+    def prev(self, n: int) -> None:
+        return None
+
+    def time(self) -> int:
+        return self.ts_ms
 
 
 def _ordered(rows: list[tuple[tuple, dict]]) -> list[dict]:

@@ -231,8 +231,10 @@ def check_metric(ctx: ProgramContext, m: ast.MetricDecl) -> None:
     streams = ctx.check_from(m)
     fields = union_fields(ctx.stream_fields(s) for s in streams)
     lists = frozenset(ctx.lists)
+    tables = ctx.table_shapes()
     if m.where is not None:
-        t = ctx.types.expr_type(m.where, ExpressionScope("metric where", fields, lists=lists))
+        scope = ExpressionScope("metric where", fields, lists=lists, tables=tables)
+        t = ctx.types.expr_type(m.where, scope)
         ctx.types.want_bool(t, m.where, "the metric's 'where'")
     for name in m.by:
         if streams and name not in fields:
@@ -263,7 +265,7 @@ def check_metric(ctx: ProgramContext, m: ast.MetricDecl) -> None:
             "events in between would be missed",
             w.every,
         )
-    select_scope = ExpressionScope("metric select", fields, lists=lists)
+    select_scope = ExpressionScope("metric select", fields, lists=lists, tables=tables)
     outputs: dict[str, str] = {name: fields.get(name, T.ANY) for name in m.by}
     for item in m.select:
         t = ctx.types.expr_type(item.expr, select_scope)

@@ -43,7 +43,8 @@ class TableShape:
 class ExpressionScope:
     """What an expression may read where it stands."""
 
-    context: str  # "condition", "emit", "metric where", "metric select", "having"
+    context: str  # "condition", "emit", "metric where", "metric select", "metric argument",
+    # "having"
     fields: dict[str, str] = field(default_factory=dict)
     streams: dict[str, dict[str, str]] = field(default_factory=dict)
     variables: dict[str, PatternVariable] = field(default_factory=dict)
@@ -53,6 +54,12 @@ class ExpressionScope:
     @property
     def in_rule(self) -> bool:
         return self.context in ("condition", "emit")
+
+    @property
+    def reads_tables(self) -> bool:
+        """Whether ``lookup`` may stand here: where an expression is evaluated on one event
+        (or a match), at its event time."""
+        return self.context in ("condition", "emit", "metric where", "metric argument")
 
 
 class ExpressionTypes:
@@ -295,6 +302,8 @@ class ExpressionTypes:
             if has_aggregate(a):
                 self.error(VigilValueError, "aggregates cannot be nested", a)
                 return T.ANY
+        # An aggregate's arguments are evaluated on each event, as the metric's where is.
+        scope = replace(scope, context="metric argument")
         if e.func == "count":
             if len(args) > 1:
                 self.error(VigilTypeError, "count() takes no argument or one field", e)
@@ -438,12 +447,12 @@ class ExpressionTypes:
     def _lookup_shape(self, e: ast.Lookup, scope: ExpressionScope) -> TableShape | None:
         """Checks the table and key of a lookup; the table's shape when it is known."""
         key_types = [self.expr_type(k, scope) for k in e.keys]
-        if not scope.in_rule:
+        if not scope.reads_tables:
             self.error(
                 VigilValueError,
-                f"lookup() is not available in a {scope.context}: a metric counts each event "
-                "as it arrives, before the table's changes up to the event's time are known; "
-                "tables are read by rules (conditions and emit)",
+                f"lookup() is not available in a {scope.context}: it reads the table as of one "
+                "event's time; read it in the metric's where or inside an aggregate's argument, "
+                "as in sum(lookup(t, k).f)",
                 e,
             )
             return None

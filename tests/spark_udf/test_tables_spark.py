@@ -40,6 +40,15 @@ rule over_limit from payments by card_id
   define a as amount > lookup(cards, card_id).limit, b as amount < 1
   emit card_id, lookup(cards, card_id).limit as lim
 """
+METRICS = """
+metric abroad_spend from payments by card_id window tumbling 1m
+  select count() as n, sum(amount) as total, max(lookup(cards, card_id).limit) as lim
+  where country != lookup(cards, card_id).home
+
+metric watched_spend from payments by country window tumbling 1m
+  select count() as n, sum(amount) as total
+  where lookup(merchants, merchant).watched == true
+"""
 BASE_MS = 1_767_225_600_000
 
 
@@ -70,9 +79,11 @@ def _events(n: int, seed: int = 7) -> list[dict]:
 
 @pytest.mark.slow
 def test_run_spark_with_a_table_equals_the_embedded_engine(spark, tmp_path) -> None:
-    engine, got, dead = run_both(spark, tmp_path, PROGRAM, _events(400), "cards.vigil")
+    engine, got, dead = run_both(spark, tmp_path, PROGRAM + METRICS, _events(400), "cards.vigil")
     expected = engine.drain()
-    assert {m["name"] for m in expected} == {"abroad", "over_limit", "watched"}
+    assert {m["name"] for m in expected} == {
+        "abroad", "over_limit", "watched", "abroad_spend", "watched_spend"
+    }
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
     )
@@ -90,6 +101,18 @@ def test_a_table_read_by_another_key_reaches_every_bucket() -> None:
                              "payments": ("card_id",)}
     assert sorted(feed.name for feed in spec.processor.tables.feeds()) == ["cards", "merchants"]
     assert spec.broadcast == frozenset({"merchant_changes"})
+
+
+def test_a_metric_keeps_the_tables_it_reads_by_its_groups_or_whole() -> None:
+    specs, _ = processor_specs(PROGRAM + METRICS)
+    by_name = {spec.rules: spec for spec in specs}
+    abroad = by_name[("abroad_spend",)]
+    assert [feed.name for feed in abroad.processor.tables.feeds()] == ["cards"]
+    assert abroad.broadcast == frozenset()  # looked up by its own group: partitioned
+    assert abroad.key_cols == {"card_changes": ("card_id",), "payments": ("card_id",)}
+    watched = by_name[("watched_spend",)]
+    assert [feed.name for feed in watched.processor.tables.feeds()] == ["merchants"]
+    assert watched.broadcast == frozenset({"merchant_changes"})
 
 
 def test_rules_reading_a_broadcast_changelog_as_events_are_refused() -> None:
