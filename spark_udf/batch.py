@@ -444,19 +444,24 @@ def _apply_changes(
     run: BucketRun,
     *,
     reports_copies: bool = True,
+    arrivals: Sequence[int] | None = None,
 ) -> None:
     """Apply the bucket's changelog rows to its tables before any key runs, as the embedded
     engine applies each on arrival (:class:`cep.tables.Tables`); a row the rules do not read
     themselves is reported here when it is late or invalid. The rows of a broadcast stream
-    (every bucket has a copy) are reported only where ``reports_copies``."""
+    (every bucket has a copy) are reported only where ``reports_copies``. ``arrivals``: each
+    row's own watermark, the one that stood when it arrived (a static frame replayed in input
+    order), instead of ``watermark_ms`` and the time the tables were read up to."""
     tables, released = opened
     streams = tables.streams
     schemas = processor.schemas  # type: ignore[attr-defined]
     wants = getattr(processor, "wants", lambda stream: False)
-    for event, time_ms in zip(events, times, strict=True):
+    for i, (event, time_ms) in enumerate(zip(events, times, strict=True)):
         stream = None if event is None else event.get(STREAM_COLUMN)
         if stream not in streams:
             continue
+        if arrivals is not None:
+            watermark_ms = released = arrivals[i]
         # Reported by the rules when they read the stream; a broadcast row by one bucket only.
         silent = wants(stream) or (stream in tables.broadcast and not reports_copies)
         if time_ms is not None and time_ms < watermark_ms:
@@ -562,6 +567,15 @@ def backtest_frame(
     late = None
     if LATE_COLUMN in frame.columns:
         late = frame[LATE_COLUMN].fillna(False).to_numpy(dtype=bool)
+    opened = _open_tables(processor, BucketState())
+    if opened is not None:
+        # The whole input is here: every change goes in before any key runs, and lookups
+        # read the tables as of their events' times.
+        arrivals = None
+        if ARRIVAL_COLUMN in frame.columns:
+            arrivals = [NO_WATERMARK if t is None else t
+                        for t in _optional_ints(frame[ARRIVAL_COLUMN])]
+        _apply_changes(processor, opened, events, times, NO_WATERMARK, run, arrivals=arrivals)
     groups = _group_by_key(processor, events, times, late, None, run)
     run.keys = len(groups)
     replay = getattr(processor, "replay", None)

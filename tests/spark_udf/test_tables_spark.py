@@ -133,3 +133,38 @@ def test_the_per_key_layout_refuses_tables_before_any_spark_work(spark) -> None:
     with pytest.raises(OperatorConfigError, match="rules watched, abroad, over_limit look up "
                        "tables, which live in the buckets of the bucketed layout"):
         detect_specs(frame, specs, layout="per_key")
+
+
+@pytest.mark.slow
+def test_detect_over_a_static_frame_reads_the_tables_as_the_embedded_engine(spark) -> None:
+    """A batch DataFrame holds the whole input: its changes go into the tables before any key
+    runs, and each lookup reads them as of its event's time (a table looked up by the rules'
+    own key; one read by another key is refused there)."""
+    from cep.engine import Engine
+    from spark_udf import detect
+
+    program = PROGRAM.split("rule watched")[0] + "rule abroad" + \
+        PROGRAM.split("rule abroad")[1] + METRICS.split("metric watched_spend")[0]
+    sample = _events(300, seed=11)
+    engine = Engine()
+    engine.register(program)
+    for event in sample:
+        engine.feed(event)
+    engine.close()
+    expected = engine.drain()
+    assert {m["name"] for m in expected} == {"abroad", "over_limit", "abroad_spend"}
+    frame = spark.createDataFrame(
+        [(i, json.dumps(e)) for i, e in enumerate(sample)], "_seq long, value string"
+    )
+    rows = detect(frame, program, buckets=4).collect()
+    got = [json.loads(r.payload) for r in rows if r.kind in ("rule", "metric")]
+    assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
+        json.dumps(m, sort_keys=True) for m in expected
+    )
+    # A bad change is reported by each processor keeping the table (the rules', the metric's):
+    # the same letter, which run_spark's sink writes once.
+    letters = {r.match_id: json.loads(r.payload) for r in rows if r.kind == "dead_letter"}
+    assert sorted((d["reason"], d["stream"]) for d in letters.values()) == sorted(
+        (d["reason"], d["stream"]) for d in engine.drain_dead_letters()
+        if d["stream"] == "card_changes"  # the embedded engine keeps the unread table too
+    )
