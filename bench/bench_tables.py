@@ -25,6 +25,12 @@ less than a third of the rule's own throughput", holds when A's rate ≥ 2/3 of 
 per table row: ``len(VersionedTable.to_bytes()) / keys`` after the last change (before
 ``close``, not timed), and an in-memory estimate from ``sys.getsizeof`` over a sample of keys.
 
+``--metrics`` runs, alternately, a metric reading the table (**M**: transactions abroad per
+purchase country and minute, ``where country != lookup(cards, card_id).home_country``, each
+transaction held until the watermark passes it and evaluated row by row) against the same
+metric without the lookup (**N**: ``where country != "ZZ"``, column-wise), both with the table
+fed, and prints M's share of N's rate.
+
 ``--check`` compares A's matches with a brute-force as-of join (best on small sizes).
 
 ``--spark N`` also runs A and B on Spark (``local[2]``, ``vigil run``'s path: the rows as a
@@ -84,11 +90,23 @@ rule abroad from txn by card_id
   pattern a
   define a as lookup(cards, card_id).home_country == "ZZ"
 """
+METRIC_LOOKUP = """
+metric abroad from txn by country window tumbling 1m
+  where country != lookup(cards, card_id).home_country
+  select count() as n, sum(amount) as total
+"""
+METRIC_PLAIN = """
+metric abroad from txn by country window tumbling 1m
+  where country != "ZZ"
+  select count() as n, sum(amount) as total
+"""
 VARIANTS = {
     "A": ("with lookup", STREAMS + TABLE + RULE_LOOKUP),
     "B": ("without lookup, no table", STREAMS + RULE_PLAIN),
     "C": ("table fed, rule without lookup", STREAMS + TABLE + RULE_PLAIN),
     "D": ("every transaction looks up", STREAMS + TABLE + RULE_DENSE),
+    "M": ("metric reading the table", STREAMS + TABLE + METRIC_LOOKUP),
+    "N": ("the same metric without lookup, table fed", STREAMS + TABLE + METRIC_PLAIN),
 }
 
 
@@ -217,7 +235,7 @@ def run(variant: str, parts: list[pd.DataFrame], events: int, order: int, state:
     started = time.process_time()
     engine.close()
     out.cpu_seconds = fed + time.process_time() - started
-    out.matches = [m for m in engine.drain() if m["kind"] == "rule"]
+    out.matches = [m for m in engine.drain() if m["kind"] in ("rule", "metric")]
     out.dead_letters = len(engine.drain_dead_letters())
     out.load = os.getloadavg()[0]
     return out
@@ -327,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="A, B pairs, run alternately")
     parser.add_argument("--no-split", action="store_true", help="skip runs C and D")
     parser.add_argument("--check", action="store_true", help="compare A's matches (brute force)")
+    parser.add_argument("--metrics", action="store_true",
+                        help="run M and N (a metric with and without the lookup) instead")
     parser.add_argument("--seed", type=int, default=20261127)
     parser.add_argument("--spark", type=int, default=0, metavar="N",
                         help="also run A and B on Spark local[2] over the first N rows")
@@ -345,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         spark_runs(frame, args.spark, args.spark_batch, args.rounds, split=not args.no_split)
         if args.spark_only:
             return 0
+    if args.metrics:
+        return metric_runs(parts, args.events, args.rounds)
     schedule = ["A", "B"] * args.rounds + ([] if args.no_split else ["C", "D"])
     runs: list[Run] = []
     for i, variant in enumerate(schedule):
@@ -408,6 +430,31 @@ def main(argv: list[str] | None = None) -> int:
           f"B {len(b[0].matches):,}" + ("" if ok is None else f"; brute-force check: "
                                         f"{'equal' if ok else 'DIFFERENT'}"))
     return 0 if ok is not False else 1
+
+
+def metric_runs(parts: list[pd.DataFrame], events: int, rounds: int) -> int:
+    """M and N alternately, ``rounds`` times each; their window rows must be the same size."""
+    runs = []
+    for i, variant in enumerate(["M", "N"] * rounds):
+        result = run(variant, parts, events, i + 1, state=False)
+        runs.append(result)
+        print(f"run {i + 1} {variant} ({VARIANTS[variant][0]}): {result.cpu_seconds:.2f} s CPU, "
+              f"{result.event_rate:,.0f} transactions/s, {len(result.matches):,} window rows "
+              f"(load {result.load:.1f})", file=sys.stderr)
+    m = [r for r in runs if r.variant == "M"]
+    n = [r for r in runs if r.variant == "N"]
+    rate_m = events * len(m) / sum(r.cpu_seconds for r in m)
+    rate_n = events * len(n) / sum(r.cpu_seconds for r in n)
+    print()
+    print("| run | variant | CPU s | transactions/s | window rows | load |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for r in runs:
+        print(f"| {r.order} | {r.variant}: {VARIANTS[r.variant][0]} | {r.cpu_seconds:.2f} | "
+              f"{r.event_rate:,.0f} | {len(r.matches):,} | {r.load:.1f} |")
+    print()
+    print(f"M (metric reading the table): {rate_m:,.0f} transactions/s; N (without): "
+          f"{rate_n:,.0f}; M keeps {rate_m / rate_n:.1%} of N's rate")
+    return 0
 
 
 if __name__ == "__main__":

@@ -231,14 +231,15 @@ def compile_metric(
         aggregates.append(_build_aggregate(call, arg_exprs, fail))
     per_event = [e for e in (metric.where, *arg_exprs) if e is not None]
     reads_tables = any(isinstance(n, Lookup) for e in per_event for n in walk(e))
+    # Column-wise, a lookup reads each row as of its time: the operator's batches carry it
+    # in their `ts` column.
+    batch_scope = dataclasses.replace(scope, time_column="ts") if reads_tables else scope
     try:
         where_batch = where_event = None
         if metric.where is not None:
-            # A lookup reads each event's own time: such a metric runs event by event.
-            if not reads_tables:
-                where_batch = compile_columnar_predicate(metric.where, scope)
+            where_batch = compile_columnar_predicate(metric.where, batch_scope)
             where_event = compile_predicate(metric.where, scope)
-        args_batch = () if reads_tables else tuple(compile_masked(e, scope) for e in arg_exprs)
+        args_batch = tuple(compile_masked(e, batch_scope) for e in arg_exprs)
         args_event = tuple(compile_expr(e, scope) for e in arg_exprs)
         select = tuple(compile_expr(e, scope) for e in select_exprs)
         having = None if metric.having is None else compile_predicate(metric.having, scope)

@@ -107,8 +107,10 @@ class MetricOperator:
         self._tiebreak = 0
         self._next_session = 0
         self._seen_slots = [i for i, a in enumerate(compiled.aggregates) if isinstance(a, Seen)]
-        # Events waiting for the watermark (a metric that reads tables): (time, arrival, fields).
+        # Events waiting for the watermark (a metric that reads tables): one at a time, as
+        # (time, arrival, fields), and batches, as (earliest time, rows with their `ts`).
         self._held: list[tuple[int, int, dict[str, Any]]] = []
+        self._held_frames: list[tuple[int, pd.DataFrame]] = []
         self._arrivals = 0
 
     # ------------------------------------------------------------ public API
@@ -122,7 +124,7 @@ class MetricOperator:
     def is_empty(self) -> bool:
         """Whether the operator holds nothing: no group has a window or a ``seen`` history,
         no event waits for the watermark."""
-        return not self._groups and not self._held
+        return not self._groups and not self._held and not self._held_frames
 
     @property
     def next_due_ms(self) -> int | None:
@@ -132,6 +134,7 @@ class MetricOperator:
         heads = [queue[0][0] for queue in (self._fire_queue, self._purge_queue) if queue]
         if self._held:
             heads.append(self._held[0][0])
+        heads.extend(earliest for earliest, _ in self._held_frames)
         return min(heads) if heads else None
 
     def process_batch(self, df: pd.DataFrame, watermark_ms: int | None = None) -> list[dict]:
@@ -155,24 +158,29 @@ class MetricOperator:
             ts = time_column(df, self.compiled.name)
             self._check_on_time(int(ts.min()))
             if self.compiled.reads_tables:
-                self._hold_frame(df, ts)
-                return self.advance_watermark(watermark_ms) if watermark_ms is not None else []
-            if "_seq" in df.columns:
-                order = np.lexsort((df["_seq"].to_numpy(), ts))
+                # Until the watermark passes them; the lookups read this `ts` (ms).
+                self._held_frames.append((int(ts.min()), df.assign(ts=ts)))
             else:
-                order = np.argsort(ts, kind="stable")
-            if not np.array_equal(order, np.arange(len(order))):
-                df = df.iloc[order]
-                ts = ts[order]
-            if self.compiled.where_batch is not None:
-                keep = self.compiled.where_batch(df)
-                if not keep.all():
-                    df, ts = df[keep], ts[keep]
-            if len(df):
-                keys, codes = group_codes(df, self.compiled.by)
-                columns = [from_masked(f(df)) for f in self.compiled.args_batch]
-                self._ingest(ts, keys, codes, columns)
+                self._ingest_frame(df, ts)
         return self.advance_watermark(watermark_ms) if watermark_ms is not None else []
+
+    def _ingest_frame(self, df: pd.DataFrame, ts: np.ndarray) -> None:
+        """Absorb a batch of on-time events (``ts``: their times in ms), column-wise."""
+        if "_seq" in df.columns:
+            order = np.lexsort((df["_seq"].to_numpy(), ts))
+        else:
+            order = np.argsort(ts, kind="stable")
+        if not np.array_equal(order, np.arange(len(order))):
+            df = df.iloc[order]
+            ts = ts[order]
+        if self.compiled.where_batch is not None:
+            keep = self.compiled.where_batch(df)
+            if not keep.all():
+                df, ts = df[keep], ts[keep]
+        if len(df):
+            keys, codes = group_codes(df, self.compiled.by)
+            columns = [from_masked(f(df)) for f in self.compiled.args_batch]
+            self._ingest(ts, keys, codes, columns)
 
     def process(
         self, event_fields: Mapping[str, Any], ts_ms: int, watermark_ms: int | None = None
@@ -259,23 +267,42 @@ class MetricOperator:
         fields = {name: normalise_value(value) for name, value in event_fields.items()}
         heapq.heappush(self._held, (ts_ms, self._arrivals, fields))
 
-    def _hold_frame(self, df: pd.DataFrame, ts: np.ndarray) -> None:
-        """:meth:`_hold` of a batch's rows, in ``(time, _seq)`` order."""
-        records = df.drop(columns=["ts", "_seq"], errors="ignore").to_dict("records")
-        if "_seq" in df.columns:
-            order = np.lexsort((df["_seq"].to_numpy(), ts))
-        else:
-            order = np.argsort(ts, kind="stable")
-        for i in order.tolist():
-            self._hold(int(ts[i]), records[i])
-
     def _take_held(self) -> None:
-        """Absorb the held events the watermark has passed (at or before it), oldest first: the
-        tables they read hold every change up to their times by now."""
+        """Absorb the held events the watermark has passed (at or before it): the tables they
+        read hold every change up to their times by now. Batches stay column-wise (each its
+        own, so its columns keep their types); the rest stays held."""
+        wm = self.watermark
+        if self._held_frames and min(e for e, _ in self._held_frames) <= wm:
+            kept = []
+            for earliest, frame in self._held_frames:
+                if earliest > wm:
+                    kept.append((earliest, frame))
+                    continue
+                ts = frame["ts"].to_numpy(dtype=np.int64)
+                due = ts <= wm
+                if due.all():
+                    self._ingest_frame(frame, ts)
+                    continue
+                self._ingest_frame(frame[due], ts[due])
+                kept.append((int(ts[~due].min()), frame[~due]))
+            self._held_frames = kept
         held = self._held
-        while held and held[0][0] <= self.watermark:
+        while held and held[0][0] <= wm:
             ts_ms, _, fields = heapq.heappop(held)
             self._ingest_event(fields, ts_ms)
+
+    def _held_rows(self) -> list[list]:
+        """Every held event as ``[time, fields]``, by time and arrival (for the state bytes)."""
+        rows = [(ts, n, fields) for ts, n, fields in self._held]
+        later = self._arrivals  # the batches' rows after every row held one at a time
+        for _, frame in self._held_frames:
+            times = frame["ts"].to_numpy(dtype=np.int64).tolist()
+            records = frame.drop(columns=["ts", "_seq"], errors="ignore").to_dict("records")
+            for ts, record in zip(times, records, strict=True):
+                later += 1
+                fields = {name: normalise_value(value) for name, value in record.items()}
+                rows.append((ts, later, fields))
+        return [[ts, fields] for ts, _, fields in sorted(rows, key=lambda r: (r[0], r[1]))]
 
     def _ingest_event(self, event_fields: Mapping[str, Any], ts_ms: int) -> tuple | None:
         """Absorb one event; returns its group key, or None when ``where`` rejects it."""
@@ -614,7 +641,7 @@ class MetricOperator:
         for group in self._groups.values():
             group.write(out, self.compiled.aggregates)
         if self.compiled.reads_tables:
-            held = [[ts, fields] for ts, _, fields in sorted(self._held)]
+            held = self._held_rows()
             out.blob(json.dumps(held, separators=(",", ":")).encode("utf-8"))
         return CODEC.encode(out.finish(), self.compiled.fingerprint)
 

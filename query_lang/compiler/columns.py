@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,8 @@ from query_lang.compiler.kernels import (
     _distinct_test,
     _in_values_columns,
     _negate_column,
+    _object_values,
+    _objects_column,
     _quantified_columns,
     _scalar_column,
     _string_test_columns,
@@ -56,6 +59,7 @@ from query_lang.compiler.resolve import (
     _scalar_function,
     _search_predicate,
     _span_of,
+    _table_reader,
 )
 from query_lang.compiler.rows import _ROW_METHODS, _RowCompiler
 from query_lang.compiler.values import (
@@ -64,6 +68,7 @@ from query_lang.compiler.values import (
     _member,
     _regex_test,
     _search_test,
+    normalise_value,
 )
 
 
@@ -87,6 +92,37 @@ class _ColumnCompiler:
                 f"{type(node).__name__} cannot be evaluated column-wise", _span_of(node)
             )
         return getattr(self, method)(node)
+
+    def _lookup(self, node: Lookup) -> Callable[[_Batch], _Column]:
+        """A table's row (or one of its fields) per row, as of the row's time
+        (``Scope.time_column``): the row evaluator's lookup, row by row over the columns."""
+        time = self.scope.time_column
+        if time is None:
+            raise CompileError("lookup() reads each event's time; a batch without a time "
+                               "column cannot be evaluated column-wise", _span_of(node))
+        table = _table_reader(node, self.scope)
+        keys = tuple(self.compile(k) for k in node.keys)
+        position = None if node.field is None else table.position(node.field)
+        as_of = table.as_of
+
+        def lookup(batch: _Batch) -> _Column:
+            n = batch.size
+            times = np.broadcast_to(_object_values(batch.column(time)), (n,)).tolist()
+            columns = [np.broadcast_to(_object_values(k(batch)), (n,)).tolist() for k in keys]
+
+            def value(at: Any, key: tuple) -> Any:
+                if at is None or None in key:
+                    return None
+                row = as_of(key, int(at))
+                if row is None:
+                    return None
+                # A row exists: the row itself only meets `is [not] null`.
+                return True if position is None else normalise_value(row[position])
+
+            values = map(value, times, zip(*columns, strict=True))
+            return _objects_column(np.fromiter(values, dtype=object, count=n), normalised=True)
+
+        return lookup
 
     def _fieldref(self, node: FieldRef) -> Callable[[_Batch], _Column]:
         name = node.name

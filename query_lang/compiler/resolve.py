@@ -104,6 +104,9 @@ class Scope:
         (non-null) value; supplied by the percolator.
     tables
         Declared tables by name, each a :class:`TableReader` that ``lookup`` reads.
+    time_column
+        In column-wise evaluation, the batch column holding each row's event time (ms), as of
+        which ``lookup`` reads a table there; ``None``: a lookup is evaluated per event only.
     """
 
     streams: frozenset[str] = frozenset()
@@ -111,6 +114,7 @@ class Scope:
     lists: Mapping[str, Container[Any]] = field(default_factory=dict)
     search: SearchHook | None = None
     tables: Mapping[str, TableReader] = field(default_factory=dict)
+    time_column: str | None = None
 
     def __post_init__(self) -> None:
         # Accept any iterable of names (a list, a set) without letting a mutable one leak in.
@@ -205,14 +209,15 @@ def _is_aggregate(node: Node) -> bool:
 
 def _context_reads(expr: Expr, scope: Scope) -> list[Node]:
     """Nodes of ``expr`` that read more than the current event (variables, prev, aggregates,
-    table lookups).
+    table lookups, unless the batch carries each row's time: ``Scope.time_column``).
 
     The arguments of an aggregate are not searched: they are read from the bound events.
     """
+    beyond = VarField | Prev if scope.time_column is not None else VarField | Prev | Lookup
     return [
         node
         for node in walk(expr, descend=lambda node: not _is_aggregate(node))
-        if isinstance(node, VarField | Prev | Lookup)
+        if isinstance(node, beyond)
         or (isinstance(node, FieldRef) and _is_variable_ref(node, scope))
         or _is_aggregate(node)
     ]

@@ -304,3 +304,61 @@ def test_predicate_never_raises_on_any_event(expr: Expr, event: dict[str, Any]) 
     result = compile_predicate(expr, SCOPE)(event)
     assert type(result) is bool
     compile_expr(expr, SCOPE)(event)
+
+
+class _Versions:
+    """A table reader over ``{key: [(time, row or None), ...]}``: the newest change at or before
+    the time (rows are ``(k, v)``), as :class:`cep.tables.VersionedTable` answers."""
+
+    def __init__(self, changes: dict) -> None:
+        self.changes = changes
+
+    def position(self, field: str) -> int:
+        return ("k", "v").index(field)
+
+    def as_of(self, key: tuple, ts: int):
+        seen = [row for at, row in self.changes.get(key, []) if at <= ts]
+        return seen[-1] if seen else None
+
+
+class _At:
+    def __init__(self, ts):
+        self.ts = ts
+
+    def bound(self, var):
+        return []
+
+    def prev(self, n):
+        return None
+
+    def time(self):
+        return self.ts
+
+
+@PROPERTY_SETTINGS
+@given(
+    changes=st.dictionaries(
+        st.sampled_from(["a", "b", "c"]),
+        st.lists(st.tuples(st.integers(0, 20), st.one_of(
+            st.none(), st.builds(lambda k, v: (k, v), st.just("x"), st.none() | st.integers(-3, 9))
+        )), max_size=4).map(lambda vs: sorted(vs, key=lambda c: c[0])),
+    ),
+    rows=st.lists(st.fixed_dictionaries({
+        "key": st.none() | st.sampled_from(["a", "b", "c", "d"]),
+        "ts": st.integers(0, 25),
+    }), min_size=1, max_size=12),
+)
+def test_a_column_wise_lookup_reads_each_row_as_of_its_time(changes, rows) -> None:
+    from query_lang import parse_expr
+
+    table = _Versions({(k,): v for k, v in changes.items()})
+    row_scope = Scope(tables={"t": table})
+    column_scope = Scope(tables={"t": table}, time_column="ts")
+    frame = pd.DataFrame(rows)
+    for text in ("lookup(t, key).v", "lookup(t, key) is null", "lookup(t, key).v > 3",
+                 "abs(lookup(t, key).v) + 1"):
+        expr = parse_expr(text)
+        evaluate = compile_expr(expr, row_scope)
+        expected = [evaluate(row, _At(row["ts"])) for row in rows]
+        got = compile_columns(expr, column_scope)(frame)
+        assert [normalise_value(v) for v in got] == expected, text
