@@ -8,6 +8,7 @@ state store and timers.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from cep.events.keyed import KeyedProcessor, ProcessResult, validate_raw
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, late_detail
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
-from spark_udf.records import dead_letter_record, key_text, match_record
+from spark_udf.records import dead_letter_record, held_record, key_text, match_record
 from spark_udf.relevance import needed_rows, needed_rows_from_json
 
 __all__ = [
@@ -385,6 +386,7 @@ def process_bucket(
     groups = _group_by_key(processor, events, times, late, watermark_ms, run,
                            filtered=filtered)
     run.keys = len(groups)
+    held = _held_so_far(processor)
     for key, (key_events, key_times) in groups.items():
         text = key_text(key)
         slot = bucket.keys.get(text)
@@ -393,8 +395,32 @@ def process_bucket(
         )
         _collect(result, key, _seq_times(key_events, key_times), run.records)
         bucket.set(text, result.state, min(result.next_timer_ms, default=None))
+    _held_since(processor, held, groups, run.records)
     _close_tables(opened, bucket, watermark_ms)
     return run
+
+
+def _held_so_far(processor: KeyedProcessor) -> Counter[str] | None:
+    """Matches the processor's rules have held back by their ``unique`` (``None``: it has no
+    such count), before a call."""
+    held = getattr(processor, "suppressed", None)
+    return None if held is None else Counter(held)
+
+
+def _held_since(
+    processor: KeyedProcessor, before: Counter[str] | None, keys: Iterable[Any],
+    out: list[dict[str, Any]],
+) -> None:
+    """One ``held`` row per rule that held matches back during the call (for the summary),
+    named after the call's first key."""
+    if before is None:
+        return
+    now = processor.suppressed  # type: ignore[attr-defined]
+    where = next((key_text(k) for k in keys), "") or ""
+    for rule in sorted(now):
+        count = now[rule] - before.get(rule, 0)
+        if count > 0:
+            out.append(held_record(rule, count, where))
 
 
 def _table_slot(table: str, key: tuple) -> str:
@@ -501,12 +527,14 @@ def fire_due_keys(
         and not text.startswith(TABLES_SLOT)
     ]
     opened = _open_tables(processor, bucket) if due else None
+    held = _held_so_far(processor) if due else None
     for text, slot in due:
         key = tuple(json.loads(text))
         timer = slot.due_ms if slot.due_ms is not None else watermark_ms
         result = processor.on_timer(key, slot.state, timer, watermark_ms)
         _collect(result, key, {}, records)
         bucket.set(text, result.state, min(result.next_timer_ms, default=None))
+    _held_since(processor, held, (json.loads(text) for text, _ in due), records)
     _close_tables(opened, bucket, watermark_ms)
     return records
 
@@ -585,6 +613,7 @@ def backtest_frame(
         # rows correct their windows as in the embedded engine.
         arrivals = dict(zip(frame[SEQ_COLUMN].tolist(), _optional_ints(frame[ARRIVAL_COLUMN]),
                             strict=True))
+    held = _held_so_far(processor)
     for key, (key_events, key_times) in groups.items():
         if replay is not None:
             marks = [arrivals.get(e.get(SEQ_COLUMN)) for e in key_events]
@@ -594,4 +623,5 @@ def backtest_frame(
         seq_times = _seq_times(key_events, key_times)
         for result in results:
             _collect(result, key, seq_times, run.records)
+    _held_since(processor, held, groups, run.records)
     return run

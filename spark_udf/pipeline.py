@@ -18,6 +18,7 @@ from spark_udf import operator
 from spark_udf.errors import OperatorConfigError
 from spark_udf.operator import detect_plan
 from spark_udf.queries import query_names, query_outputs
+from spark_udf.records import HELD
 from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs
 
@@ -201,7 +202,7 @@ def detect(df: DataFrame, program: Any, *args: Any, **kwargs: Any) -> DataFrame:
     [('query', 'acme'), ('rule', 'big')]
     """
     if not _is_program(program):
-        return operator.detect(df, program, *args, **kwargs)
+        return operator.detect(df, program, *args, **kwargs).where(F.col("kind") != HELD)
     if args:
         raise OperatorConfigError("detect(df, program) takes its options by name")
     return _detect_program(df, program, **kwargs)
@@ -236,4 +237,5 @@ def _detect_program(
                             buckets=buckets)
     if built.outputs is None:
         raise OperatorConfigError("the program declares nothing the Spark engine runs")
-    return built.outputs
+    # The operator's counts of matches held back by `unique` are for run_spark's summary.
+    return built.outputs.where(F.col("kind") != HELD)

@@ -18,8 +18,10 @@ from query_lang import timestamps
 
 __all__ = [
     "DEAD_LETTER",
+    "HELD",
     "OUTPUT_COLUMNS",
     "dead_letter_record",
+    "held_record",
     "key_text",
     "match_record",
     "match_time_ms",
@@ -28,6 +30,12 @@ __all__ = [
 
 DEAD_LETTER = "dead_letter"
 """The ``kind`` of output rows that carry a dead letter (``name`` is its reason)."""
+
+HELD = "held"
+"""The ``kind`` of output rows that count a rule's matches held back by its ``unique``
+(``name`` is the rule; the payload ``{"rule": ..., "held": N}``): what a call of the operator
+held back, for the run's summary. ``run_spark``'s sink adds them up and writes none;
+``spark_udf.detect`` leaves them out of its frame."""
 
 OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),
@@ -145,6 +153,28 @@ def dead_letter_record(
         "payload": payload,
         "start_ms": time_ms,
         "end_ms": time_ms,
+    }
+
+
+def held_record(rule: str, count: int, where: str) -> dict[str, Any]:
+    """The output row counting ``count`` matches of ``rule`` held back by its ``unique`` in one
+    call of the operator; ``where`` (the bucket or key) keeps the rows of one micro-batch apart.
+
+    Examples
+    --------
+    >>> r = held_record("once", 2, "bucket 3")
+    >>> r["kind"], r["name"], r["payload"]
+    ('held', 'once', '{"held":2,"rule":"once"}')
+    """
+    payload = canonical_json({"rule": rule, "held": int(count)})
+    return {
+        "kind": HELD,
+        "name": rule,
+        "match_id": canonical_id(canonical_json([where, payload])),
+        "key": None,
+        "payload": payload,
+        "start_ms": None,
+        "end_ms": None,
     }
 
 

@@ -13,8 +13,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyspark import cloudpickle
@@ -98,6 +98,8 @@ class RunSummary:
     edits:
         When the run continued a checkpoint: what it did with each rule, query and metric of
         the program (kept with its state, reset to a new version, added, dropped).
+    held:
+        Per rule, the matches its ``unique`` held back in this run.
     """
 
     batches: int
@@ -114,6 +116,7 @@ class RunSummary:
     flushed_after: int | None = None
     flush_s: float = 0.0
     edits: RestoreReport | None = None
+    held: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def events_per_second(self) -> float:
@@ -460,6 +463,7 @@ def run_spark(
         flushed_after=flushed_after,
         flush_s=flush_s,
         edits=edit.report if previous is not None and edit.forms else None,
+        held=dict(counters.held),
     )
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_udf.errors import OperatorConfigError, SinkError
-from spark_udf.records import DEAD_LETTER
+from spark_udf.records import DEAD_LETTER, HELD
 
 __all__ = ["END_TAG", "FORMATS", "BatchSink", "SinkCounters", "read_batch", "read_outputs"]
 
@@ -37,6 +37,8 @@ class SinkCounters:
     dead_letters: int = 0
     late: int = 0
     last_batch_id: int | None = None
+    held: dict[str, int] = field(default_factory=dict)
+    """Per rule, matches its ``unique`` held back (the operator's ``held`` rows, summed)."""
 
 
 END_TAG = "end"
@@ -171,6 +173,13 @@ class BatchSink:
 
     def _write(self, frame: pd.DataFrame, batch_id: int, tag: str) -> int:
         frame = frame.sort_values(["kind", "name", "match_id"], kind="stable")
+        is_held = frame["kind"] == HELD
+        if is_held.any():
+            held = self.counters.held
+            for payload in frame.loc[is_held, "payload"]:
+                row = json.loads(payload)
+                held[row["rule"]] = held.get(row["rule"], 0) + int(row["held"])
+            frame = frame[~is_held]
         is_dead = frame["kind"] == DEAD_LETTER
         matches = frame[~is_dead]
         # Every processor reading a stream reports its bad events; a dead letter's id is a

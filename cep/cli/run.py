@@ -598,7 +598,10 @@ def _run_spark(
         f"vigil run: spark: {summary.input_rows:,} event(s) in {summary.batches} "
         f"micro-batch(es) ({summary.events_per_second:,.0f}/s), {summary.matches} match(es), "
         f"{summary.dead_letters} dead letter(s) ({summary.late} late)",
-        *(f"  {name}: {count} match(es)" for name, count in sorted(counts.items())),
+        *(f"  {name}: {counts[name]} match(es)"
+          + (f" ({summary.held[name]} more held back by its unique)"
+             if summary.held.get(name) else "")
+          for name in sorted({*counts, *summary.held})),
     ]
     if summary.dead_letters and dead_dir is None:
         lines.append("  (use --dead-letter DIR to keep the late and bad events)")

@@ -70,6 +70,13 @@ def run_both(spark: Any, tmp_path: Any, program: str, sample: list[dict[str, Any
     """``program`` over ``sample`` with ``run_spark`` (micro-batches of 100 rows, 4 buckets)
     and with the embedded engine fed row by row: the closed engine, and Spark's matches and
     dead letters."""
+    engine, matches, dead, _ = run_both_summary(spark, tmp_path, program, sample, name)
+    return engine, matches, dead
+
+
+def run_both_summary(spark: Any, tmp_path: Any, program: str, sample: list[dict[str, Any]],
+                     name: str = "program.vigil") -> tuple[Any, list[dict], list[dict], Any]:
+    """:func:`run_both`, with ``run_spark``'s summary last."""
     from cep.engine.engine import Engine
     from spark_udf import read_outputs
     from spark_udf.run import run_spark
@@ -78,13 +85,14 @@ def run_both(spark: Any, tmp_path: Any, program: str, sample: list[dict[str, Any
     rules.write_text(program)
     events = tmp_path / "events.jsonl"
     events.write_text("".join(json.dumps(e) + "\n" for e in sample))
-    run_spark(str(rules), str(events), out=str(tmp_path / "out"),
-              dead_letter=str(tmp_path / "dead"), spark=spark, max_records_per_batch=100,
-              buckets=4)
+    summary = run_spark(str(rules), str(events), out=str(tmp_path / "out"),
+                        dead_letter=str(tmp_path / "dead"), spark=spark,
+                        max_records_per_batch=100, buckets=4)
     engine = Engine()
     engine.register(str(rules))
     for event in sample:
         engine.feed(event)
     engine.close()
-    return engine, read_outputs(str(tmp_path / "out")), read_outputs(str(tmp_path / "dead"))
+    return (engine, read_outputs(str(tmp_path / "out")), read_outputs(str(tmp_path / "dead")),
+            summary)
 

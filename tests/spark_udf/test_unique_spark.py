@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from spark_support import run_both
+from spark_support import run_both_summary
 
 PROGRAM = """
 stream proc (pid string, host string, name string, parent string, ts timestamp)
@@ -48,7 +48,8 @@ def _events(n: int, seed: int = 11) -> list[dict]:
 
 @pytest.mark.slow
 def test_run_spark_with_unique_equals_the_embedded_engine(spark, tmp_path) -> None:
-    engine, got, _ = run_both(spark, tmp_path, PROGRAM, _events(300), "unique.vigil")
+    engine, got, _, summary = run_both_summary(spark, tmp_path, PROGRAM, _events(300),
+                                               "unique.vigil")
     expected = engine.drain()
     held = engine.stats.suppressed
     assert {m["name"] for m in expected} == {"first_start", "pair_daily", "quiet_once"}
@@ -57,3 +58,45 @@ def test_run_spark_with_unique_equals_the_embedded_engine(spark, tmp_path) -> No
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
     )
+    # and the run's summary counts what each rule held back, as the embedded engine does
+    assert dict(summary.held) == dict(held)
+
+
+@pytest.mark.slow
+def test_vigil_run_on_spark_says_what_unique_held_back_as_the_embedded_engine(
+    spark, tmp_path, capsys
+) -> None:
+    from cep.cli import main
+
+    rules = tmp_path / "unique.vigil"
+    rules.write_text(PROGRAM)
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps(e) + "\n" for e in _events(150, seed=3)))
+
+    def held_lines(argv: list[str]) -> list[str]:
+        assert main(["run", str(rules), "--events", str(events), *argv]) == 0
+        err = capsys.readouterr().err
+        return sorted(line.strip() for line in err.splitlines() if "held back" in line)
+
+    embedded = held_lines(["--engine", "embedded", "--no-alerts",
+                           "--out", str(tmp_path / "e.jsonl")])
+    assert len(embedded) == 3, embedded  # every rule held some back
+    assert held_lines(["--master", "local[2]", "--out", str(tmp_path / "spark")]) == embedded
+
+
+@pytest.mark.slow
+def test_detect_over_a_static_frame_gives_the_matches_and_no_counts(spark) -> None:
+    from cep.engine import Engine
+    from spark_udf import detect
+
+    sample = _events(120, seed=5)
+    engine = Engine()
+    engine.register(PROGRAM)
+    for event in sample:
+        engine.feed(event)
+    engine.close()
+    assert engine.stats.suppressed  # something was held back
+    frame = spark.createDataFrame([(json.dumps(e),) for e in sample], "value string")
+    rows = detect(frame, PROGRAM, buckets=4).collect()
+    assert {r.kind for r in rows} == {"rule"}  # the held-back counts stay inside run_spark
+    assert sorted(r.match_id for r in rows) == sorted(m["match_id"] for m in engine.drain())
