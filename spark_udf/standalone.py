@@ -3,7 +3,8 @@ PySpark's own ``bin/spark-class`` (the pip package has no ``sbin`` scripts), eac
 environment without this interpreter's packages, for trying ``--pack`` and for the cluster
 tests and benchmark.
 
-``python -m spark_udf.standalone --workers 2 --dir /tmp/cluster`` runs one until Ctrl-C.
+``python -m spark_udf.standalone --workers 2 --dir /tmp/cluster`` runs one until Ctrl-C or
+``kill`` (SIGTERM, SIGHUP), which stop its master and workers too.
 """
 
 from __future__ import annotations
@@ -192,14 +193,20 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.dir).resolve()
     if work.exists():
         shutil.rmtree(work)
+    stopped: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        stopped.append(signum)
+
+    # Ctrl-C, `kill` (SIGTERM) and a closed terminal all stop the master and workers; a
+    # process started with `&` by a script ignores SIGINT unless told otherwise.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     with StandaloneCluster(work, args.workers, args.cores, args.memory) as cluster:
-        print(f"master {cluster.url}, UI http://{_HOST}:{cluster.ui_port}; Ctrl-C stops",
-              flush=True)
-        try:
-            while True:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
+        print(f"master {cluster.url}, UI http://{_HOST}:{cluster.ui_port}; Ctrl-C or kill "
+              "stops", flush=True)
+        while not stopped:
+            time.sleep(0.2)
     return 0
 
 
