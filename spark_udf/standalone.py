@@ -189,10 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=1)
     parser.add_argument("--memory", default="1g")
     parser.add_argument("--dir", default="spark-standalone")
+    parser.add_argument("--port", type=int, default=7077,
+                        help="the master's port (0: a free one)")
     args = parser.parse_args(argv)
     work = Path(args.dir).resolve()
     if work.exists():
         shutil.rmtree(work)
+    ports = {"master_port": args.port} if args.port else {}
     stopped: list[int] = []
 
     def stop(signum: int, frame: Any) -> None:
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     # process started with `&` by a script ignores SIGINT unless told otherwise.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, stop)
-    with StandaloneCluster(work, args.workers, args.cores, args.memory) as cluster:
+    with StandaloneCluster(work, args.workers, args.cores, args.memory, **ports) as cluster:
         print(f"master {cluster.url}, UI http://{_HOST}:{cluster.ui_port}; Ctrl-C or kill "
               "stops", flush=True)
         while not stopped:

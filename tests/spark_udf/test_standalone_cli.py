@@ -35,7 +35,8 @@ def _cluster_processes(work: Path) -> list[int]:
 def test_kill_stops_the_master_and_workers(tmp_path) -> None:
     work = tmp_path / "cluster"
     process = subprocess.Popen(
-        [sys.executable, "-m", "spark_udf.standalone", "--workers", "1", "--dir", str(work)],
+        [sys.executable, "-m", "spark_udf.standalone", "--workers", "1", "--dir", str(work),
+         "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
