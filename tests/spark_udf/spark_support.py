@@ -65,6 +65,19 @@ def ids(rows: list[dict[str, Any]]) -> Counter:
     return Counter((r["name"], r["match_id"]) for r in rows)
 
 
+def embedded(program: str, sample: list[dict[str, Any]]) -> Any:
+    """The embedded engine with ``program`` (a path or DSL text), fed ``sample`` row by row,
+    closed."""
+    from cep.engine.engine import Engine
+
+    engine = Engine()
+    engine.register(program)
+    for event in sample:
+        engine.feed(event)
+    engine.close()
+    return engine
+
+
 def run_both(spark: Any, tmp_path: Any, program: str, sample: list[dict[str, Any]],
              name: str = "program.vigil") -> tuple[Any, list[dict], list[dict]]:
     """``program`` over ``sample`` with ``run_spark`` (micro-batches of 100 rows, 4 buckets)
@@ -77,7 +90,6 @@ def run_both(spark: Any, tmp_path: Any, program: str, sample: list[dict[str, Any
 def run_both_summary(spark: Any, tmp_path: Any, program: str, sample: list[dict[str, Any]],
                      name: str = "program.vigil") -> tuple[Any, list[dict], list[dict], Any]:
     """:func:`run_both`, with ``run_spark``'s summary last."""
-    from cep.engine.engine import Engine
     from spark_udf import read_outputs
     from spark_udf.run import run_spark
 
@@ -88,11 +100,7 @@ def run_both_summary(spark: Any, tmp_path: Any, program: str, sample: list[dict[
     summary = run_spark(str(rules), str(events), out=str(tmp_path / "out"),
                         dead_letter=str(tmp_path / "dead"), spark=spark,
                         max_records_per_batch=100, buckets=4)
-    engine = Engine()
-    engine.register(str(rules))
-    for event in sample:
-        engine.feed(event)
-    engine.close()
+    engine = embedded(str(rules), sample)
     return (engine, read_outputs(str(tmp_path / "out")), read_outputs(str(tmp_path / "dead")),
             summary)
 

@@ -10,7 +10,7 @@ import json
 import random
 
 import pytest
-from spark_support import run_both
+from spark_support import embedded, run_both
 
 from spark_udf.errors import OperatorConfigError
 from spark_udf.rules import detect_specs, processor_specs
@@ -140,17 +140,12 @@ def test_detect_over_a_static_frame_reads_the_tables_as_the_embedded_engine(spar
     """A batch DataFrame holds the whole input: its changes go into the tables before any key
     runs, and each lookup reads them as of its event's time (a table looked up by the rules'
     own key; one read by another key is refused there)."""
-    from cep.engine import Engine
     from spark_udf import detect
 
     program = PROGRAM.split("rule watched")[0] + "rule abroad" + \
         PROGRAM.split("rule abroad")[1] + METRICS.split("metric watched_spend")[0]
     sample = _events(300, seed=11)
-    engine = Engine()
-    engine.register(program)
-    for event in sample:
-        engine.feed(event)
-    engine.close()
+    engine = embedded(program, sample)
     expected = engine.drain()
     assert {m["name"] for m in expected} == {"abroad", "over_limit", "abroad_spend"}
     frame = spark.createDataFrame(

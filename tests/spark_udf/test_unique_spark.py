@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from spark_support import run_both_summary
+from spark_support import embedded, run_both_summary
 
 PROGRAM = """
 stream proc (pid string, host string, name string, parent string, ts timestamp)
@@ -86,15 +86,10 @@ def test_vigil_run_on_spark_says_what_unique_held_back_as_the_embedded_engine(
 
 @pytest.mark.slow
 def test_detect_over_a_static_frame_gives_the_matches_and_no_counts(spark) -> None:
-    from cep.engine import Engine
     from spark_udf import detect
 
     sample = _events(120, seed=5)
-    engine = Engine()
-    engine.register(PROGRAM)
-    for event in sample:
-        engine.feed(event)
-    engine.close()
+    engine = embedded(PROGRAM, sample)
     assert engine.stats.suppressed  # something was held back
     frame = spark.createDataFrame([(json.dumps(e),) for e in sample], "value string")
     rows = detect(frame, PROGRAM, buckets=4).collect()
