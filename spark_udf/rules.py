@@ -13,7 +13,6 @@ from pyspark.sql import DataFrame
 from cep.engine import StandingQueries, load_declarations
 from cep.engine.program import (
     add_declarations,
-    compile_program_metric,
     compile_program_rule,
     lookup_horizons,
 )
@@ -116,16 +115,20 @@ def processor_specs(
     for decl in declarations:
         if isinstance(decl, ast.TableDecl):
             tables.add(TableFeed(decl, streams[decl.stream]))
-    for name, horizon in lookup_horizons(rule_decls).items():
-        tables.widen(name, horizon)
     rules = [
         compile_program_rule(decl, streams, lists, version=versions.get(decl.name, 1),
                              tables=tables.readers)
         for decl in rule_decls
     ]
-    # Queries and metrics must compile too.
-    StandingQueries(lateness_ms).compile(standing, streams, lists, tables=tables.readers)
-    metrics = [d for d in standing if isinstance(d, ast.MetricDecl)]
+    # Queries must compile too; the metrics compiled here are the ones the processors run.
+    metrics = [
+        (decl, operator.compiled) for decl, operator in StandingQueries(lateness_ms).compile(
+            standing, streams, lists, versions, tables.readers
+        ) if isinstance(decl, ast.MetricDecl)
+    ]
+    compiled_metrics = [metric for _, metric in metrics]
+    for name, horizon in lookup_horizons(rule_decls, compiled_metrics).items():
+        tables.widen(name, horizon)
     if not rules and not standing:
         raise OperatorConfigError(
             "the program declares no rule, query or metric for the Spark operator to run"
@@ -144,14 +147,7 @@ def processor_specs(
         processor.tables = _processor_tables(
             [decls[n] for n in names], processor, tables, streams
         )
-    compiled_metrics = [
-        compile_program_metric(decl, streams, lists, lateness_ms=lateness_ms,
-                               version=versions.get(decl.name, 1), tables=tables.readers)
-        for decl in metrics
-    ]
-    for name, horizon in lookup_horizons((), compiled_metrics).items():
-        tables.widen(name, horizon)
-    for decl, metric in zip(metrics, compiled_metrics, strict=True):
+    for decl, metric in metrics:
         processor = MetricProcessor(metric, streams, lateness_ms=lateness_ms)
         processor.tables = _processor_tables([decl], processor, tables, streams)
         processors.append((processor, (decl.name,)))
