@@ -10,6 +10,7 @@ tests and benchmark.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -132,8 +133,8 @@ class StandaloneCluster:
         """Workers the master sees alive (0 while it is not up)."""
         try:
             workers = self.status().get("workers", [])
-        except OSError:
-            return 0
+        except (OSError, ValueError, http.client.HTTPException):
+            return 0  # not listening yet, or a page cut off or malformed while Jetty starts
         return sum(1 for worker in workers if worker.get("state") == "ALIVE")
 
     def wait_for_workers(self, count: int, timeout_s: float) -> None:

@@ -41,7 +41,9 @@ def test_kill_stops_the_master_and_workers(tmp_path) -> None:
     )
     try:
         line = process.stdout.readline()
-        assert line.startswith("master spark://127.0.0.1:"), line
+        if not line.startswith("master spark://127.0.0.1:"):
+            process.kill()
+            pytest.fail(f"no master line; the output:\n{line}{process.stdout.read()}")
         assert len(_cluster_processes(work)) >= 2  # the master and the worker
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
