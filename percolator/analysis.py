@@ -30,7 +30,7 @@ __all__ = [
     "timestamp_seconds",
 ]
 
-FIELD_TYPES = ("text", "string", "int", "float", "timestamp", "bool", "list<string>")
+FIELD_TYPES = ("text", "string", "int", "float", "timestamp", "bool", "list<string>", "json")
 
 TEXT: Literal["text"] = "text"
 KEYWORD: Literal["keyword"] = "keyword"
@@ -197,8 +197,10 @@ class Schema:
     ----------
     fields
         ``(name, type)`` pairs; use :meth:`of` to build from a mapping. Types are
-        ``text string int float timestamp bool list<string>``. ``text`` fields are tokenised,
-        lowercased and accent-folded; every other field is matched as exact keywords.
+        ``text string int float timestamp bool list<string> json``. ``text`` fields are
+        tokenised, lowercased and accent-folded; every other field is matched as exact keywords
+        (a ``json`` object's members by their dotted names, ``payload.kind``, as undeclared
+        fields are).
     default_fields
         The fields a term without a field (``acme`` rather than ``title:acme``) searches. None
         means every text or string field of the document, declared or not.

@@ -89,6 +89,19 @@ class Prev(Node):
 
 
 @dataclass(frozen=True)
+class Member(Node):
+    """``payload.kind``: the member ``name`` of a ``json`` value (an object's key), null when
+    the value is not an object or has no such key. The parser builds it for names of three
+    parts or more (``a.payload.kind``, ``nested.x.y``); a two-part name whose first part is a
+    ``json`` field rather than a stream or a pattern variable is one too
+    (:func:`query_lang.compiler.resolve.resolve_members`)."""
+
+    base: Expr
+    name: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class Call(Node):
     """A function call: ``lower(x)``, ``count(v)``, ``sum(v.f)``, ``approx_distinct(f)`` ..."""
 
@@ -221,8 +234,8 @@ class Lookup(Node):
 
 
 Expr = Union[
-    Literal, Duration, FieldRef, VarField, Prev, Call, Search, BinOp, BoolOp, Not, Neg,
-    InValues, InList, Between, IsNull, Matches, Quantified, Lookup,
+    Literal, Duration, FieldRef, Member, VarField, Prev, Call, Search, BinOp, BoolOp, Not,
+    Neg, InValues, InList, Between, IsNull, Matches, Quantified, Lookup,
 ]
 
 # ---------------------------------------------------------------- canonical text of expressions
@@ -281,6 +294,8 @@ def _expr_text(e: Expr) -> str:
         return print_duration(e)
     if isinstance(e, FieldRef):
         return f"{e.qualifier}.{e.name}" if e.qualifier else e.name
+    if isinstance(e, Member):
+        return f"{_expr(e.base, _ATOM)}.{e.name}"
     if isinstance(e, VarField):
         return f"{e.which}({e.var}).{e.name}"
     if isinstance(e, Prev):
@@ -511,7 +526,7 @@ def nullable(p: Pattern) -> bool:
 
 # ---------------------------------------------------------------- declarations
 
-FIELD_TYPES = ("string", "int", "float", "bool", "timestamp", "text", "list<string>")
+FIELD_TYPES = ("string", "int", "float", "bool", "timestamp", "text", "list<string>", "json")
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,9 @@ METRIC_AGGREGATES = frozenset(
 )
 """Aggregates of a metric's ``select``; anywhere else they are an error."""
 
-ArgumentKind = Literal["num", "str", "bool", "list"]
+ArgumentKind = Literal["num", "str", "bool", "list", "other"]
 """The kind of value a kernel receives: ``"num"`` (int or float, not bool), ``"str"``,
-``"bool"`` or ``"list"`` (a Python list)."""
+``"bool"``, ``"list"`` (a Python list) or ``"other"`` (a json object: a Python dict)."""
 
 SAME_AS_ARGUMENT = "same"
 """A result type meaning "the type of the first argument", as for ``abs``."""
@@ -63,7 +63,7 @@ SAME_AS_ARGUMENT = "same"
 _KIND_OF_TYPE: Mapping[str, ArgumentKind] = MappingProxyType({
     # Timestamps and durations are integer milliseconds once compiled, so numbers to a kernel.
     T.INT: "num", T.FLOAT: "num", T.DURATION: "num", T.TIMESTAMP: "num", T.STRING: "str",
-    T.BOOL: "bool", T.LIST: "list",
+    T.BOOL: "bool", T.LIST: "list", T.JSON: "other",
 })
 
 _INT64_MIN = np.iinfo(np.int64).min
@@ -459,8 +459,11 @@ SCALAR_FUNCTIONS: Mapping[str, ScalarFunction] = MappingProxyType({
             "lower(s)",
         ),
         # EQL's length(): characters of a string (code points, as Python and EQL count them),
-        # or elements of a list.
-        ScalarFunction("length", _STRING_OR_LIST, T.INT, len, _length_vector, "length(s)"),
+        # or elements of a list; and, as jq counts, the members of a json object.
+        ScalarFunction(
+            "length", (frozenset({T.STRING, T.LIST, T.JSON}),), T.INT, len, _length_vector,
+            "length(s)",
+        ),
         ScalarFunction(
             "upper", _STRING_OR_LIST, SAME_AS_ARGUMENT, _case_map(_upper), _strings(_upper),
             "upper(s)",

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 # The types an expression can have. `text` fields behave as strings in expressions.
-STRING, INT, FLOAT, BOOL, TIMESTAMP, DURATION, LIST, NULL, ANY = (
-    "string", "int", "float", "bool", "timestamp", "duration", "list<string>", "null", "any",
+STRING, INT, FLOAT, BOOL, TIMESTAMP, DURATION, LIST, JSON, NULL, ANY = (
+    "string", "int", "float", "bool", "timestamp", "duration", "list<string>", "json", "null",
+    "any",
 )
+
+DYNAMIC = frozenset({ANY, JSON})
+"""Types known only at run time: a ``json`` value (an object, a list, a string, a number, a
+boolean), and ``any`` (what an expression the checks reported has). Every operator and function
+accepts them; a value of the wrong kind then gives null or false, as for any mismatch."""
 
 NUMERIC = frozenset({INT, FLOAT})
 
-UNKEYED_FIELD_TYPES = frozenset({"list<string>"})
+UNKEYED_FIELD_TYPES = frozenset({"list<string>", "json"})
 """Declared field types a rule cannot be partitioned by (``by``): a list holds several values,
-so it names no one partition (and cannot be hashed into one)."""
+so it names no one partition (and cannot be hashed into one); a json value may be a list or
+an object."""
 
 UNGROUPED_FIELD_TYPES = UNKEYED_FIELD_TYPES | {"text"}
 """Declared field types a metric cannot group by: a list, and a ``text`` document (searched by
@@ -33,6 +40,7 @@ def describe(t: str) -> str:
         TIMESTAMP: "a timestamp",
         DURATION: "a duration",
         LIST: "a list of strings",
+        JSON: "a json value",
         NULL: "null",
         ANY: "a value",
     }.get(t, t)
@@ -40,7 +48,7 @@ def describe(t: str) -> str:
 
 def comparable(a: str, b: str) -> bool:
     """Whether ``a < b`` / ``a == b`` makes sense."""
-    if ANY in (a, b) or NULL in (a, b):
+    if DYNAMIC & {a, b} or NULL in (a, b):
         return True
     if a in NUMERIC and b in NUMERIC:
         return True
@@ -49,7 +57,7 @@ def comparable(a: str, b: str) -> bool:
 
 def arithmetic(op: str, a: str, b: str) -> str | None:
     """Result type of ``a op b``, or None when the combination is an error."""
-    if ANY in (a, b) or NULL in (a, b):
+    if DYNAMIC & {a, b} or NULL in (a, b):
         return ANY if NULL not in (a, b) else NULL
     if a in NUMERIC and b in NUMERIC:
         if op == "/" or FLOAT in (a, b):

@@ -421,7 +421,8 @@ class StreamSchema:
     name:
         The stream's name.
     fields:
-        Declared field name -> type (``string int float bool timestamp text list<string>``).
+        Declared field name -> type (``string int float bool timestamp text list<string>
+        json``).
     time_field:
         The event-time field: the declared ``time`` field, else the only ``timestamp`` field.
     epoch_unit_ms:
@@ -934,6 +935,8 @@ def _convert(value: Any, kind: str, name: str, unit_ms: int) -> Any:
     elif kind == "list<string>":
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return value
+    elif kind == "json":
+        return value  # any JSON value: an object, a list, a string, a number, a boolean
     else:
         return value
     raise BadEventError(

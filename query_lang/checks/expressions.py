@@ -69,7 +69,7 @@ class ExpressionTypes:
         self.error = error
 
     def want_bool(self, t: str, node, what: str) -> None:
-        if t not in (T.BOOL, T.ANY):
+        if t != T.BOOL and t not in T.DYNAMIC:
             self.error(VigilTypeError, f"{what} must be true or false, not {T.describe(t)}", node)
 
     def check_regex(self, pattern: str, node) -> None:
@@ -140,14 +140,30 @@ class ExpressionTypes:
                 )
                 return T.ANY
             return fields[e.name]
+        if e.qualifier in scope.fields:  # a member of the current event's json field
+            return self._member_of(scope.fields[e.qualifier], e.qualifier, e.name, e)
         if scope.in_rule:
             self.error(
                 VigilNameError,
-                f"'{e.qualifier}' is neither a pattern variable nor a stream of this rule", e,
+                f"'{e.qualifier}' is neither a pattern variable, a stream of this rule nor a "
+                "json field", e,
             )
         else:
-            self.error(VigilNameError, f"unknown stream '{e.qualifier}'", e)
+            self.error(VigilNameError, f"'{e.qualifier}' is neither a stream nor a json field",
+                       e)
         return T.ANY
+
+    def _member_of(self, t: str, base: str, name: str, node) -> str:
+        if t not in T.DYNAMIC:
+            self.error(
+                VigilTypeError,
+                f"'{base}' is {T.describe(t)}; only a json value has members ('{base}.{name}')",
+                node,
+            )
+        return T.JSON
+
+    def _type_Member(self, e: ast.Member, scope: ExpressionScope) -> str:
+        return self._member_of(self.expr_type(e.base, scope), ast.print_expr(e.base), e.name, e)
 
     def _unknown_field(self, name: str, node, scope: ExpressionScope) -> None:
         where = {
@@ -201,14 +217,16 @@ class ExpressionTypes:
 
     def _type_Quantified(self, e: ast.Quantified, scope: ExpressionScope) -> str:
         t = self.expr_type(e.source, scope)
-        if t not in (T.LIST, T.ANY):
-            self.error(VigilTypeError, f"{e.func}() reads the elements of a list of strings, "
-                                       f"not {T.describe(t)}", e)
-        if e.var in scope.fields or e.var in scope.variables:
-            what = "pattern variable" if e.var in scope.variables else "field"
+        if t != T.LIST and t not in T.DYNAMIC:
+            self.error(VigilTypeError, f"{e.func}() reads the elements of a list of strings "
+                                       f"or of a json list, not {T.describe(t)}", e)
+        if e.var in scope.fields or e.var in scope.variables or e.var in scope.streams:
+            what = ("pattern variable" if e.var in scope.variables
+                    else "stream" if e.var in scope.streams else "field")
             self.error(VigilNameError, f"{e.func}(): the element name '{e.var}' is already a "
                                        f"{what} here; choose another", e)
-        inner = replace(scope, fields={**scope.fields, e.var: T.STRING})
+        element = T.STRING if t == T.LIST else T.JSON
+        inner = replace(scope, fields={**scope.fields, e.var: element})
         self.want_bool(self.expr_type(e.condition, inner), e.condition,
                        f"the condition of {e.func}()")
         return T.BOOL if e.func == "any" else T.INT
@@ -225,7 +243,7 @@ class ExpressionTypes:
             wanted = function.parameter_types(len(e.args))
             arg_types = [self.expr_type(a, scope) for a in e.args]
             for a, t, allowed in zip(e.args, arg_types, wanted, strict=True):
-                if t not in allowed and t not in (T.ANY, T.NULL):
+                if t not in allowed and t not in T.DYNAMIC | {T.NULL}:
                     names = " or ".join(sorted(T.describe(x) for x in allowed))
                     self.error(
                         VigilTypeError, f"{e.func}() needs {names}, not {T.describe(t)}", a
@@ -289,7 +307,7 @@ class ExpressionTypes:
             if t in (T.BOOL, T.LIST):
                 self.error(VigilTypeError, f"{e.func}() of {T.describe(t)}", arg)
             return t
-        if t not in T.NUMERIC | {T.ANY, T.DURATION}:
+        if t not in T.NUMERIC | T.DYNAMIC | {T.DURATION}:
             self.error(VigilTypeError, f"{e.func}() needs numbers, not {T.describe(t)}", arg)
             return T.ANY
         if e.func == "avg":
@@ -318,7 +336,7 @@ class ExpressionTypes:
                 )
                 return T.FLOAT
             t = self.expr_type(args[0], scope)
-            if t not in T.NUMERIC | {T.ANY, T.DURATION}:
+            if t not in T.NUMERIC | T.DYNAMIC | {T.DURATION}:
                 self.error(VigilTypeError, f"approx_percentile() needs numbers, not "
                                            f"{T.describe(t)}", args[0])
             q = args[1]
@@ -354,8 +372,8 @@ class ExpressionTypes:
                 )
             return T.BOOL
         if e.op in ast.STRING_OPS:
-            ok_left = left in (T.STRING, T.LIST, T.ANY, T.NULL)
-            if not ok_left or right not in (T.STRING, T.ANY, T.NULL):
+            ok_left = left in T.DYNAMIC | {T.STRING, T.LIST, T.NULL}
+            if not ok_left or right not in T.DYNAMIC | {T.STRING, T.NULL}:
                 self.error(
                     VigilTypeError,
                     f"'{e.op}' needs strings, not {T.describe(left)} and {T.describe(right)}", e,
@@ -382,7 +400,7 @@ class ExpressionTypes:
 
     def _type_Neg(self, e: ast.Neg, scope: ExpressionScope) -> str:
         t = self.expr_type(e.operand, scope)
-        if t not in T.NUMERIC | {T.DURATION, T.ANY, T.NULL}:
+        if t not in T.NUMERIC | T.DYNAMIC | {T.DURATION, T.NULL}:
             self.error(VigilTypeError, f"cannot negate {T.describe(t)}", e)
             return T.ANY
         return t
@@ -400,7 +418,10 @@ class ExpressionTypes:
 
     def _type_InList(self, e: ast.InList, scope: ExpressionScope) -> str:
         self.expr_type(e.operand, scope)
-        if e.list_name not in scope.lists:
+        if "." in e.list_name:
+            self.error(VigilNameError, f"'{e.list_name}' is not a declared list; the elements "
+                       f"of a json list are read with any(x in {e.list_name}: ...)", e)
+        elif e.list_name not in scope.lists:
             self.error(VigilNameError, f"undeclared list '{e.list_name}'", e)
         return T.BOOL
 
@@ -482,7 +503,7 @@ class ExpressionTypes:
 
     def _type_Matches(self, e: ast.Matches, scope: ExpressionScope) -> str:
         t = self.expr_type(e.operand, scope)
-        if t not in (T.STRING, T.ANY, T.NULL):
+        if t not in T.DYNAMIC | {T.STRING, T.NULL}:
             self.error(VigilTypeError, f"'matches' needs a string, not {T.describe(t)}", e)
         self.check_regex(e.pattern, e.regex_span)
         return T.BOOL

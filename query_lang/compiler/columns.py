@@ -22,6 +22,7 @@ from query_lang.ast import (
     IsNull,
     Lookup,
     Matches,
+    Member,
     Neg,
     Node,
     Not,
@@ -31,6 +32,7 @@ from query_lang.ast import (
 )
 from query_lang.compiler.kernels import (
     _FALSE_COLUMN,
+    _NULL_COLUMN,
     _OBJ,
     NULL,
     STR,
@@ -60,6 +62,7 @@ from query_lang.compiler.resolve import (
     _search_predicate,
     _span_of,
     _table_reader,
+    member_of_field,
 )
 from query_lang.compiler.rows import _ROW_METHODS, _RowCompiler
 from query_lang.compiler.values import (
@@ -68,6 +71,7 @@ from query_lang.compiler.values import (
     _member,
     _regex_test,
     _search_test,
+    member_value,
     normalise_value,
 )
 
@@ -125,8 +129,27 @@ class _ColumnCompiler:
         return lookup
 
     def _fieldref(self, node: FieldRef) -> Callable[[_Batch], _Column]:
+        member = member_of_field(node, self.scope)
+        if member is not None:
+            return self._member(member)
         name = node.name
         return lambda batch: batch.column(name)
+
+    def _member(self, node: Member) -> Callable[[_Batch], _Column]:
+        base, name = self.compile(node.base), node.name
+
+        def member(batch: _Batch) -> _Column:
+            column = base(batch)
+            if column.kind != _OBJ:
+                return _NULL_COLUMN  # strings, numbers ...: no members
+            values = _object_values(column)
+            if values.ndim == 0:
+                return _scalar_column(member_value(values[()], name))
+            found = (member_value(v, name) for v in values.tolist())
+            return _objects_column(np.fromiter(found, dtype=object, count=len(values)),
+                                   normalised=True)
+
+        return member
 
     def _call(self, node: Call) -> Callable[[_Batch], _Column]:
         function = _scalar_function(node)

@@ -219,8 +219,8 @@ def _list_elements(lists: _Column, size: int) -> tuple[np.ndarray, np.ndarray]:
         if value_kind(cell) == LIST:
             counts[i] = len(cell)
             elements.extend(normalise_value(e) for e in cell)
-    flat = np.empty(len(elements), dtype=object)
-    flat[:] = elements
+    # fromiter, not an assignment: json elements may be lists, which numpy would broadcast
+    flat = np.fromiter(elements, dtype=object, count=len(elements))
     return np.repeat(np.arange(size), counts), flat
 
 

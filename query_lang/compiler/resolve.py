@@ -23,6 +23,7 @@ from query_lang.ast import (
     InList,
     Lookup,
     Matches,
+    Member,
     Node,
     Prev,
     Quantified,
@@ -123,18 +124,25 @@ class Scope:
 
 
 def _is_variable_ref(ref: FieldRef, scope: Scope) -> bool:
-    if ref.qualifier is None:
-        return False
-    if ref.qualifier in scope.variables:
-        return True
-    if ref.qualifier in scope.streams:
-        return False
-    raise CompileError(
-        f"unknown name {ref.qualifier!r} in {ref.qualifier}.{ref.name}: "
-        f"it is neither a stream ({_names(scope.streams)}) "
-        f"nor a pattern variable ({_names(scope.variables)})",
-        ref.span,
-    )
+    return ref.qualifier is not None and ref.qualifier in scope.variables
+
+
+def member_of_field(ref: FieldRef, scope: Scope) -> Member | None:
+    """``q.n`` read as the member ``n`` of the current event's json field ``q`` — when ``q`` is
+    neither a pattern variable nor a stream (the checks have seen that ``q`` is a json field, or
+    the element of a json list in ``any``/``count``); ``None`` for any other reference.
+
+    Examples
+    --------
+    >>> member_of_field(FieldRef("kind", "payload"), Scope(streams={"txn"}))
+    Member(base=FieldRef(name='payload', qualifier=None), name='kind')
+    >>> member_of_field(FieldRef("amount", "txn"), Scope(streams={"txn"})) is None
+    True
+    """
+    q = ref.qualifier
+    if q is None or q in scope.variables or q in scope.streams:
+        return None
+    return Member(FieldRef(q, None, ref.span), ref.name, ref.span)
 
 
 def _names(names: frozenset[str]) -> str:
@@ -181,7 +189,6 @@ def _pattern_aggregate(call: Call, scope: Scope) -> _Aggregate:
             )
         return _Aggregate("count", arg.name, None)
     if arg.qualifier not in scope.variables:
-        _is_variable_ref(arg, scope)  # raises for unknown names
         raise metric_only
     return _Aggregate(call.func, arg.qualifier, arg.name)
 
@@ -291,18 +298,23 @@ def _field_reads(expr: Expr, scope: Scope) -> tuple[frozenset[str], frozenset[st
     current: set[str] = set()
     history: set[str] = set()
     # any(x in tags: ...): inside the condition, ``x`` is an element of the list, not a field
+    # (and in ``x.a``, ``x`` is an element of a json list)
     elements = {
         id(ref)
         for node in walk(expr) if isinstance(node, Quantified)
         for ref in walk(node.condition)
-        if isinstance(ref, FieldRef) and ref.qualifier is None and ref.name == node.var
+        if isinstance(ref, FieldRef) and node.var == (ref.qualifier or ref.name)
     }
     # count(v): ``v`` is a pattern variable, not a field
     for node in walk(expr, descend=lambda node: not _names_a_variable(node, scope)):
         if id(node) in elements:
             continue
         if isinstance(node, FieldRef):
-            (history if _is_variable_ref(node, scope) else current).add(node.name)
+            member = member_of_field(node, scope)
+            if member is not None:
+                current.add(node.qualifier)
+            else:
+                (history if _is_variable_ref(node, scope) else current).add(node.name)
         elif isinstance(node, VarField | Prev):
             history.add(node.name)
         elif isinstance(node, Search):

@@ -22,6 +22,7 @@ from query_lang.ast import (
     Literal,
     Lookup,
     Matches,
+    Member,
     Neg,
     Not,
     Prev,
@@ -44,6 +45,7 @@ from query_lang.compiler.resolve import (
     _search_predicate,
     _span_of,
     _table_reader,
+    member_of_field,
 )
 from query_lang.compiler.values import (
     BOOL,
@@ -61,6 +63,7 @@ from query_lang.compiler.values import (
     _regex_test,
     _search_test,
     _sum,
+    member_value,
     normalise_value,
     value_kind,
 )
@@ -89,6 +92,9 @@ class _RowCompiler:
         return lambda event, ctx: ms
 
     def _fieldref(self, node: FieldRef) -> RowEvaluator:
+        member = member_of_field(node, self.scope)
+        if member is not None:
+            return self._member(member)
         name = node.name
         if _is_variable_ref(node, self.scope):
             return _bound_field(node.qualifier, name, -1)
@@ -97,6 +103,10 @@ class _RowCompiler:
             return normalise_value(event.get(name))
 
         return current_field
+
+    def _member(self, node: Member) -> RowEvaluator:
+        base, name = self.compile(node.base), node.name
+        return lambda event, ctx: member_value(base(event, ctx), name)
 
     def _varfield(self, node: VarField) -> RowEvaluator:
         if node.which not in ("first", "last"):
@@ -267,7 +277,8 @@ class _RowCompiler:
 
 
 _ROW_METHODS: Mapping[type, str] = {
-    Literal: "_literal", Duration: "_duration", FieldRef: "_fieldref", VarField: "_varfield",
+    Literal: "_literal", Duration: "_duration", FieldRef: "_fieldref", Member: "_member",
+    VarField: "_varfield",
     Prev: "_prev", Call: "_call", Search: "_search", BinOp: "_binop", BoolOp: "_boolop",
     Not: "_not", Neg: "_neg", InValues: "_invalues", InList: "_inlist", Between: "_between",
     IsNull: "_isnull", Matches: "_matches", Quantified: "_quantified", Lookup: "_lookup",

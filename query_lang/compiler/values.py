@@ -112,6 +112,18 @@ def value_kind(value: Any) -> str:
     return OTHER
 
 
+def member_value(value: Any, name: str) -> Any:
+    """The member ``name`` of a json value: the object's value at that key, null when ``value``
+    is not an object or has no such key.
+
+    >>> member_value({"a": {"b": 2}}, "a"), member_value(["a"], "a"), member_value(None, "a")
+    ({'b': 2}, None, None)
+    """
+    if isinstance(value, Mapping):
+        return normalise_value(value.get(name))
+    return None
+
+
 _ORDERED_KINDS = frozenset({NUM, STR, BOOL})
 
 

@@ -51,7 +51,9 @@ class ExpressionRules(NodeBuilder):
         return ast.InValues(operand, tuple(values), self._span(meta))
 
     def in_list(self, meta, children):
-        return ast.InList(children[0], str(children[1]), self._span(meta))
+        # `x in a.b` (a dotted name) only reads a json list inside any()/count(); elsewhere
+        # the checks refuse the name as a list.
+        return ast.InList(children[0], ".".join(map(str, children[1:])), self._span(meta))
 
     def between(self, meta, children):
         return ast.Between(children[0], children[1], children[2], self._span(meta))
@@ -111,7 +113,7 @@ class ExpressionRules(NodeBuilder):
         return ast.FieldRef(str(children[0]), None, self._span(meta))
 
     def qualified_field(self, meta, children):
-        return ast.FieldRef(str(children[1]), str(children[0]), self._span(meta))
+        return _dotted([str(c) for c in children], self._span(meta))
 
     def call(self, meta, children):
         name, *args = children
@@ -150,7 +152,7 @@ class ExpressionRules(NodeBuilder):
                 VigilSyntaxError, f"{func}() names each element and the list field it "
                 f"reads: {form}", meta,
             )
-        source = ast.FieldRef(head.list_name, None, head.span)
+        source = _dotted(head.list_name.split("."), head.span)
         return ast.Quantified(func, head.operand.name, source, condition, self._span(meta))
 
     def call_field(self, meta, children):
@@ -360,3 +362,14 @@ def _with_field(node, field_name: str):
         return dataclasses.replace(found, field=field_name)
 
     return ast.transform(node, give_field)
+
+
+def _dotted(parts: list[str], span: ast.Span) -> ast.Expr:
+    """``a.b`` as a field reference (``a`` a stream, a pattern variable or a json field: the
+    checks and the compiler resolve which); each further part a member of a json value."""
+    if len(parts) == 1:
+        return ast.FieldRef(parts[0], None, span)
+    node: ast.Expr = ast.FieldRef(parts[1], parts[0], span)
+    for name in parts[2:]:
+        node = ast.Member(node, name, span)
+    return node

@@ -158,9 +158,14 @@ def test_prev_reads_earlier_events_of_the_partition() -> None:
     assert not holds("price < prev(price)", {"price": 1.5}, Context())
 
 
-def test_unknown_qualifier_and_variable_are_compile_errors() -> None:
-    with pytest.raises(CompileError, match=r"unknown name 'zz' in zz\.amount.*txn.*a, big, probe"):
-        value("zz.amount")
+def test_a_qualifier_neither_stream_nor_variable_reads_a_json_member() -> None:
+    # The checks refuse zz.amount unless zz is a json field; compiled, it reads its member.
+    assert value("zz.amount", {"zz": {"amount": 3}}) == 3
+    assert value("zz.amount", {"zz": "a string"}) is None
+    assert value("zz.amount.cents", {"zz": {"amount": {"cents": 5}}}) == 5
+
+
+def test_unknown_variable_is_a_compile_error() -> None:
     with pytest.raises(CompileError, match=r"last\(zz\)\.f: 'zz' is not a pattern variable"):
         value("last(zz).f")
     with pytest.raises(CompileError, match=r"prev\(price, 0\)"):

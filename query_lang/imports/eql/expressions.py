@@ -37,11 +37,13 @@ __all__ = [
     "pipe_name",
 ]
 
-VIGIL_TYPES = ("string", "int", "float", "bool", "list<string>")
+VIGIL_TYPES = ("string", "int", "float", "bool", "list<string>", "json")
 """The types a field of an imported stream is declared with."""
 
 _NUMBER = "number"  # an integer or a float: settled once every use is seen
 _LIST = "list<string>"
+_JSON = "json"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_WRITTEN = object()
 
 # Words that end or change an expression where a field name would stand.
@@ -110,6 +112,36 @@ def _indexed_field(parsed: ParsedQuery, node: eql_ast.Field) -> tuple[str, int] 
         )
     base = eql_ast.Field(node.base, list(node.path[:-1]))
     return field_name(parsed, base), parts[-1]
+
+
+def json_member(parsed: ParsedQuery, node: eql_ast.Field,
+                is_json: Callable[[str], bool]) -> tuple[str, str] | None:
+    """``(json field, Vigil member path)`` when a leading part of the EQL path names a field
+    ``is_json`` says holds json: ``mysterious_field.subarray`` -> ``("mysterious_field",
+    "mysterious_field.subarray")``; None otherwise. A part inside the json value that is an
+    index, or no Vigil name, is an error."""
+    parts = [node.base, *node.path]
+    for k in range(1, len(parts)):
+        head = eql_ast.Field(node.base, list(node.path[:k - 1]))
+        if any(not isinstance(p, str) for p in parts[:k]):
+            return None
+        name = field_name(parsed, head)
+        if not is_json(name):
+            continue
+        return name, _members(parsed, node, name, parts[k:])
+    return None
+
+
+def _members(parsed: ParsedQuery, node: Any, base: str, path: list[Any]) -> str:
+    for part in path:
+        if not isinstance(part, str):
+            raise parsed.error(node, f"field `{node.render()}` indexes an array inside a json "
+                               "value; Vigil reads a json list with any() or count()",
+                               construct="array index")
+        if not _NAME.fullmatch(part) or part.lower() in _KEYWORDS:
+            raise parsed.error(node, f"`{part}` in `{node.render()}` is not a Vigil name",
+                               construct="json member name")
+    return ".".join([base, *path])
 
 
 class FieldTypes:
@@ -182,10 +214,15 @@ def infer_types(parsed: ParsedQuery, node: Any, streams: list[str], types: Field
     ``streams``) say about their types."""
     pairs: list[tuple[str, str]] = []
 
+    def is_json(name: str) -> bool:
+        return types.known(streams, name) == _JSON
+
     def static(n: Any) -> str | None:
         if isinstance(n, eql_ast.Literal):
             return _literal_type(n.value)
         if isinstance(n, eql_ast.Field):
+            if json_member(parsed, n, is_json) is not None:
+                return None  # known at run time only
             if _indexed_field(parsed, n) is not None:
                 return "string"
             return types.known(streams, field_name(parsed, n))
@@ -205,7 +242,7 @@ def infer_types(parsed: ParsedQuery, node: Any, streams: list[str], types: Field
 
     def note_field(n: Any, kind: str | None) -> None:
         if isinstance(n, eql_ast.Field) and kind is not None and (
-            _indexed_field(parsed, n) is None
+            json_member(parsed, n, is_json) is None and _indexed_field(parsed, n) is None
         ):
             types.note(streams, field_name(parsed, n), kind, parsed, n)
 
@@ -286,8 +323,9 @@ class ExpressionWriter:
     case_insensitive: Callable[[Any], bool]
     field_type: Callable[[str], str]
     fields_read: set[str] = field(default_factory=set)
-    # The variables of arraySearch/arrayCount in scope: EQL name -> Vigil element name.
-    elements: dict[str, str] = field(default_factory=dict)
+    # The variables of arraySearch/arrayCount in scope: EQL name -> Vigil element name and
+    # type (a string of a list<string>, a json value of a json list).
+    elements: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ conditions
 
@@ -298,6 +336,8 @@ class ExpressionWriter:
         value = self.value(node)
         if value.type == "bool":
             return Condition(f"{_group(value.text)} == true", f"{_group(value.text)} == false")
+        if value.type == _JSON:
+            return _truthy(value)
         raise self._unsupported(node)
 
     def _cond_Boolean(self, node: eql_ast.Boolean) -> Condition:
@@ -335,6 +375,9 @@ class ExpressionWriter:
         if _is_condition(node.left) or _is_condition(node.right):
             return self._compare_conditions(node, op)
         left, right = self.value(node.left), self.value(node.right)
+        textual = {left.type, right.type} <= {"string", _JSON}
+        if textual and _JSON in (left.type, right.type) and self.case_insensitive(node):
+            return _folded_dynamic_comparison(left, right, op)
         if left.type == "string" and right.type == "string" and self.case_insensitive(node):
             left, right = _folded(left), _folded(right)
         elif left.type and right.type and not _comparable(left.type, right.type):
@@ -374,6 +417,14 @@ class ExpressionWriter:
             return Condition("false", f"{_group(subject.text)} is not null")
         listed = ", ".join(i.text for i in items)
         test = f"{_group(subject.text)} in ({listed})"
+        if subject.type == _JSON and self.case_insensitive(node):
+            # strings compared folded, other values as they are
+            strings = [_folded(i).text for i in items if i.type == "string"]
+            others = [i.text for i in items if i.type != "string"]
+            test = join_terms(" or ", [
+                *([f"lower({_group(subject.text)}) in ({', '.join(strings)})"] if strings else []),
+                *([f"{_group(subject.text)} in ({', '.join(others)})"] if others else []),
+            ])
         return Condition(test, f"{_group(subject.text)} is not null and not ({test})")
 
     def _cond_FunctionCall(self, node: eql_ast.FunctionCall) -> Condition:
@@ -401,7 +452,7 @@ class ExpressionWriter:
 
     def _string_subject(self, node: Any) -> _Value:
         value = self.value(node)
-        if value.type not in ("string", None):
+        if value.type not in ("string", _JSON, None):
             raise self.parsed.error(node, f"`{node.render()}` is not a string",
                                     construct="string function on a non-string")
         return value
@@ -475,9 +526,10 @@ class ExpressionWriter:
 
     def _array(self, node: Any) -> _Value:
         value = self.value(node)
-        if value.type != _LIST:
-            raise self.parsed.error(node, f"`{node.render()}` is not declared {_LIST} (give "
-                                    "its type with a schema)", construct="array type")
+        if value.type not in (_LIST, _JSON):
+            raise self.parsed.error(node, f"`{node.render()}` is not declared {_LIST} or "
+                                    f"{_JSON} (give its type with a schema)",
+                                    construct="array type")
         return value
 
     def _membership(self, node: Any, array: _Value, literal: Any) -> str:
@@ -493,6 +545,10 @@ class ExpressionWriter:
         if not all(isinstance(v, eql_ast.Literal) for v in values):
             raise self.parsed.error(node, "arrayContains of a value read from a field",
                                     construct="dynamic arrayContains")
+        if array.type == _JSON:
+            test = self._json_contains(node, array, [v.value for v in values])
+            return Condition(test, join_terms(" and ", [f"{array.text} is not null",
+                                                        f"not {_group(test)}"]))
         test = join_terms(" or ", [self._membership(node, array, v.value) for v in values])
         # EQL: null for a missing array, else true or false.
         return Condition(test, join_terms(" and ", [f"{array.text} is not null",
@@ -504,7 +560,7 @@ class ExpressionWriter:
         subject, variable, body = node.arguments
         array = self._array(subject)
         literal = None
-        if (isinstance(variable, eql_ast.Field) and not variable.path
+        if (array.type == _LIST and isinstance(variable, eql_ast.Field) and not variable.path
                 and isinstance(body, eql_ast.Comparison) and body.comparator == "=="):
             sides = (body.left, body.right)
             for element, other in (sides, sides[::-1]):
@@ -527,7 +583,7 @@ class ExpressionWriter:
                                     construct="array variable")
         name = "each_" + re.sub(r"[^A-Za-z0-9_]", "_", variable.base)
         outer = self.elements.get(variable.base)
-        self.elements[variable.base] = name
+        self.elements[variable.base] = (name, "string" if array.type == _LIST else _JSON)
         try:
             condition = self.condition(body)
         finally:
@@ -536,6 +592,22 @@ class ExpressionWriter:
             else:
                 self.elements[variable.base] = outer
         return f"{func}({name} in {array.text}: {condition.true})"
+
+    def _json_contains(self, node: Any, array: _Value, literals: list[Any]) -> str:
+        """``arrayContains`` of a json list: some element equal to one of the literals."""
+        element = "each_element"
+        fold = self.case_insensitive(node)
+        tests = []
+        for literal in literals:
+            if literal is None:
+                continue
+            if isinstance(literal, str) and fold:
+                tests.append(f"lower({element}) == {quote(literal.lower())}")
+            else:
+                tests.append(f"{element} == {_literal_value(literal).text}")
+        if not tests:
+            return "false"
+        return f"any({element} in {array.text}: {join_terms(' or ', tests)})"
 
     def _cidr_match(self, node: eql_ast.FunctionCall) -> Condition:
         if "cidr_match" not in SCALAR_FUNCTIONS:
@@ -570,11 +642,16 @@ class ExpressionWriter:
 
     def _value_Field(self, node: eql_ast.Field) -> _Value:
         if node.base in self.elements:
-            if node.path:
+            element, kind = self.elements[node.base]
+            if node.path and kind != _JSON:
                 raise self.parsed.error(node, f"`{node.render()}` reads inside an array's "
-                                        "elements; Vigil lists hold strings",
+                                        "elements; a list<string> holds strings",
                                         construct="nested array")
-            return _Value(self.elements[node.base], "string")
+            return _Value(_members(self.parsed, node, element, list(node.path)), kind)
+        member = json_member(self.parsed, node, lambda name: self.field_type(name) == _JSON)
+        if member is not None:
+            self.fields_read.add(member[0])
+            return _Value(member[1], _JSON)
         indexed = _indexed_field(self.parsed, node)
         if indexed is not None:
             name, index = indexed
@@ -749,7 +826,38 @@ def _constant_number(node: Any) -> int | float | None:
 
 def _comparable(a: str | None, b: str | None) -> bool:
     numeric = {"int", "float", _NUMBER}
-    return a is None or b is None or a == b or (a in numeric and b in numeric)
+    return (a is None or b is None or a == b or _JSON in (a, b)
+            or (a in numeric and b in numeric))
+
+
+def _truthy(value: _Value) -> Condition:
+    """EQL's truth of a json value (Python's: not null, false, 0, "", an empty list or
+    object) as two Vigil conditions."""
+    x = _group(value.text)
+    falsy = f"{x} in (false, 0, \"\") or length({x}) == 0"
+    return Condition(f"{x} is not null and not ({falsy})", f"{x} is not null and ({falsy})")
+
+
+def _folded_dynamic_comparison(left: _Value, right: _Value, op: str) -> Condition:
+    """``==``/``!=`` ignoring case where a side is json (a string or another kind, known at
+    run time only): strings compare folded, other values as they are."""
+    if op not in ("==", "!="):
+        a, b = _folded(left), _folded(right)
+        return Condition(f"{_group(a.text)} {op} {_group(b.text)}",
+                         f"{_group(a.text)} {_NEGATED_COMPARISON[op]} {_group(b.text)}")
+    a, b = _group(left.text), _group(right.text)
+    fa, fb = _group(_folded(left).text), _group(_folded(right).text)
+    equal = f"{fa} == {fb} or {a} == {b}"
+    unequal = f"{a} != {b} and ({fa} != {fb} or {fa} is null or {fb} is null)"
+    return Condition(equal, unequal) if op == "==" else Condition(unequal, equal)
+
+
+def _literal_value(value: Any) -> _Value:
+    if isinstance(value, str):
+        return _Value(quote(value), "string", value)
+    if isinstance(value, bool):
+        return _Value("true" if value else "false", "bool", value)
+    return _number(value)
 
 
 def _folded(value: _Value) -> _Value:
@@ -791,7 +899,10 @@ def _regex_literal(regex: str) -> str:
     return "/" + regex.replace("/", "\\/").replace("\n", "\\n") + "/"
 
 
-_SIMPLE = re.compile(r'[A-Za-z_][A-Za-z0-9_]*(\([^()]*\))?|"(\\.|[^"\\])*"|[0-9.eE+]+|\(.*\)')
+_SIMPLE = re.compile(
+    r'[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*|[A-Za-z_][A-Za-z0-9_]*(\([^()]*\))?'
+    r'|"(\\.|[^"\\])*"|[0-9.eE+]+|\(.*\)'
+)
 
 
 def _group(text: str) -> str:

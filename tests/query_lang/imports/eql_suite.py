@@ -70,6 +70,8 @@ def _kind(value: Any) -> str | None:
         return "string"
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return "list<string>"
+    if isinstance(value, dict | list):
+        return "json"
     return None
 
 
