@@ -737,6 +737,8 @@ class RuleDecl(Node):
     skip: SkipStrategy = SkipStrategy()
     emit: tuple[EmitItem, ...] | None = None
     unique: Unique | None = None
+    #: ``having EXPR``: a match is reported only when ``EXPR`` (evaluated as ``emit`` is) holds
+    having: Expr | None = None
     severity: str = "medium"
     notify: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()

@@ -222,6 +222,8 @@ def _rule(r: ast.RuleDecl, keep: set[str]) -> list[_Line]:
         within = "" if r.unique.within is None else f" for {print_duration(r.unique.within)}"
         exprs = ", ".join(print_expr(e) for e in r.unique.exprs)
         lines.append(_clause("unique", f"unique {exprs}{within}"))
+    if r.having is not None:
+        lines.append(_clause("having", f"having {print_expr(r.having)}"))
     lines.extend(_alerting(r, keep))
     return lines
 

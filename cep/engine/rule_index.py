@@ -13,6 +13,7 @@ import pandas as pd
 from cep.engine.dispatch import KeyedRules, KeyTimers, dispatch
 from cep.engine.intake import mask_tuples, rule_masks
 from cep.events.event import STREAM_FIELD, Event
+from cep.nfa.compiler import RELEASE_TIME_COLUMN
 from cep.nfa.processor import NOT_REGISTERED, KeyState, RuleProcessor
 
 __all__ = ["RULE_INDEXES", "NoIndex", "RuleIndex", "StartIndex", "Touches"]
@@ -175,6 +176,7 @@ class StartIndex:
         return out, np.arange(n)
 
     def dispatch(self, groups, released, timers, outputs, missing_key):
+        released = _refined_at_release(groups, released)
         owner: dict[int, tuple[tuple, int, bool]] = {}
         always: dict[str, list[tuple]] = {}
         prepared = {}
@@ -250,6 +252,97 @@ RULE_INDEXES: dict[str, type] = {NoIndex.name: NoIndex, StartIndex.name: StartIn
 def must_see_all(processor: RuleProcessor, index: int) -> bool:
     """Whether rule ``index`` of ``processor`` must be shown rows whose mask is 0."""
     return processor.must_see[index]
+
+
+def _refined_at_release(
+    groups: Mapping[tuple, KeyedRules],
+    released: Sequence[tuple[int, int, tuple[Event, Sequence[Any]]]],
+) -> Sequence[tuple[int, int, tuple[Event, Sequence[Any]]]]:
+    """``released`` with each condition that reads a table decided column-wise now, when the
+    tables stand as the rules will read them: its bit cleared in an event's mask where the
+    condition's release form (:class:`cep.nfa.compiler.ReleaseCondition`) rules the event
+    out, and a rule whose mask becomes 0 no longer offered the event — as if its mask had
+    been 0 on arrival. The matches are the same (the predicate would reject the event); what
+    is saved is running the event through its key's automaton."""
+    deferred: dict[int, tuple[tuple[str, ...], list[tuple[int, Any]]]] = {}
+    for group in groups.values():
+        processor = group.processor
+        for index, (rule, slot) in enumerate(zip(processor.rules, group.slots, strict=True)):
+            if index in processor.scanned or must_see_all(processor, index):
+                continue
+            pairs = [(bit, cond.at_release)
+                     for bit, cond in enumerate(getattr(rule, "conditions", ()))
+                     if getattr(cond, "at_release", None) is not None]
+            if pairs:
+                deferred[slot] = (rule.streams, pairs)
+    if not deferred:
+        return released
+    # Each distinct condition once: the events it is evaluated over (positions in `released`,
+    # ascending) and the (row in its frame, position, slot, bit) each result decides.
+    tasks: list[tuple[Any, list[int], list[tuple[int, int, int, int]]]] = []
+    task_of: dict[tuple, int] = {}
+    plan: dict[int, list[tuple[int, int]]] = {}
+    for slot, (streams, pairs) in deferred.items():
+        steps = plan[slot] = []
+        for bit, condition in pairs:
+            index = task_of.get((streams, condition.text))
+            if index is None:
+                index = task_of[(streams, condition.text)] = len(tasks)
+                tasks.append((condition, [], []))
+            steps.append((bit, index))
+    for position, (_ts, _seq, (_event, masks)) in enumerate(released):
+        if type(masks) is not Touches:
+            continue  # fed on its own or restored: its conditions are evaluated row by row
+        for slot, mask in masks.entries:
+            steps = plan.get(slot)
+            if steps is None or not mask:
+                continue
+            for bit, index in steps:
+                if (mask >> bit) & 1:
+                    _condition, positions, decided = tasks[index]
+                    if not positions or positions[-1] != position:
+                        positions.append(position)
+                    decided.append((len(positions) - 1, position, slot, bit))
+    cleared: dict[int, dict[int, int]] = {}
+    for condition, positions, decided in tasks:
+        if not positions:
+            continue
+        events = [released[position][2][0] for position in positions]
+        frame = pd.DataFrame(
+            {name: pd.Series([e.fields.get(name) for e in events], dtype=object)
+             for name in condition.reads}
+        )
+        frame[RELEASE_TIME_COLUMN] = np.fromiter((e.ts for e in events), dtype=np.int64,
+                                                 count=len(events))
+        fails = ~np.asarray(condition.evaluate(frame), dtype=bool)
+        if not fails.any():
+            continue
+        for row, position, slot, bit in decided:
+            if fails[row]:
+                bits = cleared.get(position)
+                if bits is None:
+                    cleared[position] = {slot: 1 << bit}
+                else:
+                    bits[slot] = bits.get(slot, 0) | (1 << bit)
+    if not cleared:
+        return released
+    always = set().union(*(group.always for group in groups.values()))
+    out = []
+    for position, entry in enumerate(released):
+        bits = cleared.get(position)
+        if bits is None:
+            out.append(entry)
+            continue
+        ts, seq, (event, masks) = entry
+        kept = tuple(
+            (slot, mask & ~bits[slot] if slot in bits else mask)
+            for slot, mask in masks.entries
+        )
+        # a rule whose mask is now 0 is ruled out: as if its mask had been 0 on arrival
+        kept = tuple(pair for pair in kept if pair[1] or pair[0] not in bits)
+        if kept or event.stream in always:
+            out.append((ts, seq, (event, Touches(masks.width, kept))))
+    return out
 
 
 def _fits(rule: Any, cond: Any, stream: str, frame: pd.DataFrame,

@@ -7,6 +7,7 @@ and thread.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -37,9 +38,16 @@ __all__ = [
     "BatchCondition",
     "CompiledRule",
     "Condition",
+    "RELEASE_TIME_COLUMN",
+    "ReleaseCondition",
     "compile_rule",
     "prev_column",
 ]
+
+RELEASE_TIME_COLUMN = "event time"
+"""The column of a frame given to :attr:`ReleaseCondition.evaluate` that holds each row's event
+time (ms), as of which its lookups read their tables. No declared field has this name (a field
+name has no space)."""
 
 #: Default cap on partial matches per (rule, key); see docs/semantics.md for the measurement.
 DEFAULT_MAX_PARTIALS = 2_000
@@ -72,6 +80,30 @@ class BatchCondition:
 
 
 @dataclass(frozen=True)
+class ReleaseCondition:
+    """A column-wise necessary condition over the current event that reads tables: the
+    conjuncts of a condition's top-level ``and`` that read only the current event and its
+    tables (``lookup``), evaluated over the events a release hands to the rules — when the
+    tables stand as the row-wise predicate will read them — so that an event it rules out
+    never reaches its key's automaton.
+
+    Attributes
+    ----------
+    evaluate:
+        ``fn(DataFrame) -> bool ndarray``: false where the condition cannot hold. The frame
+        holds the fields of :attr:`reads` and :data:`RELEASE_TIME_COLUMN`.
+    reads:
+        The current event's fields the evaluation reads.
+    text:
+        The conjuncts' text: equal texts over the same streams are evaluated once.
+    """
+
+    evaluate: Callable[[pd.DataFrame], np.ndarray]
+    reads: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
 class Condition:
     """What an event must satisfy to bind to (or, for ``!x``, to violate) a variable.
 
@@ -91,7 +123,11 @@ class Condition:
     prev_depth:
         Largest ``n`` of a ``prev(f, n)`` the predicate reads (0: none).
     reads_tables:
-        The predicate reads a table (``lookup``), as of the event's time: never column-wise.
+        The predicate reads a table (``lookup``), as of the event's time: never column-wise
+        on arrival (the table may still change before the event's time is final).
+    at_release:
+        For a predicate that reads tables, its current-event conjuncts (lookups included) in
+        column-wise form, evaluated when events are released (None: no such conjunct).
     batch:
         The exact column-wise form over the current event and ``prev`` (None when the
         predicate reads earlier variables or an expression has no column-wise form); used by
@@ -106,6 +142,7 @@ class Condition:
     batch: BatchCondition | None = None
     columnar_text: str | None = None
     reads_tables: bool = False
+    at_release: ReleaseCondition | None = None
 
     @property
     def reads_prev(self) -> bool:
@@ -167,6 +204,9 @@ class CompiledRule:
     #: event time; ``None``: for ever). ``None``: every match is reported.
     unique: tuple[Callable[[Mapping[str, Any], Any], Any], ...] | None = None
     unique_ms: int | None = None
+    #: ``having``: whether a match is reported (``fn(fields, ctx)`` as ``emit``), applied
+    #: before ``unique``; ``None``: every match is.
+    having: Callable[[Mapping[str, Any], Any], bool] | None = None
     _summaries: dict = field(default_factory=dict, repr=False)
     #: Bits of variables whose columnar mask bit is exact (no row-wise check needed).
     pure_bits: int = field(default=0, init=False)
@@ -288,6 +328,8 @@ def _define_condition(
         else:
             columnar, necessary = _prefilter(compiler, d.condition, scope)
         batch = None if reads_vars else _batch_condition(compiler, d.condition, scope, columnar)
+        reads_tables = any(isinstance(n, ast.Lookup) for n in ast.walk(d.condition))
+        at_release = _release_condition(compiler, d.condition, scope) if reads_tables else None
     except compiler.CompileError as exc:
         raise RuleCompileError(
             f"rule {rule.name}: condition of {d.var}: {getattr(exc, 'message', exc)}",
@@ -301,8 +343,20 @@ def _define_condition(
         prev_depth=depth,
         batch=batch,
         columnar_text=None if necessary is None else ast.print_expr(necessary),
-        reads_tables=any(isinstance(n, ast.Lookup) for n in ast.walk(d.condition)),
+        reads_tables=reads_tables,
+        at_release=at_release,
     )
+
+
+def _release_condition(compiler: Any, expr: ast.Expr, scope: Any) -> ReleaseCondition | None:
+    """The current-event conjuncts of ``expr`` that read a table, column-wise with each row
+    read as of :data:`RELEASE_TIME_COLUMN`; None when no conjunct reads one."""
+    release_scope = dataclasses.replace(scope, time_column=RELEASE_TIME_COLUMN)
+    evaluate, necessary = _prefilter(compiler, expr, release_scope)
+    if necessary is None or not any(isinstance(n, ast.Lookup) for n in ast.walk(necessary)):
+        return None
+    reads = tuple(sorted(compiler.referenced_fields(necessary, release_scope)))
+    return ReleaseCondition(evaluate, reads, ast.print_expr(necessary))
 
 
 def _without_prev(expr: ast.Expr) -> ast.Expr:
@@ -536,6 +590,15 @@ def compile_rule(
                 f"rule {rule.name}: unique: {getattr(exc, 'message', exc)}",
                 getattr(exc, "span", None) or rule.span,
             ) from exc
+    having_fn = None
+    if rule.having is not None:
+        try:
+            having_fn = expressions.compile_predicate(rule.having, scope)
+        except expressions.CompileError as exc:
+            raise RuleCompileError(
+                f"rule {rule.name}: having: {getattr(exc, 'message', exc)}",
+                getattr(exc, "span", None) or rule.span,
+            ) from exc
     key_fields, key_names, var_keys = _key_layout(rule, rule_streams)
     prev_depth = max((c.prev_depth for c in conds), default=0)
     needs_every = rule.contiguity == "strict" or prev_depth > 0 or bool(builder.guards)
@@ -590,6 +653,7 @@ def compile_rule(
             else {s: tuple(f.name for f in streams[s].fields) for s in rule_streams if s in streams}
         ),
         unique=unique_fns,
+        having=having_fn,
         unique_ms=None if rule.unique is None or rule.unique.within is None
         else rule.unique.within.ms,
     )

@@ -64,6 +64,7 @@ def describe(rule: CompiledRule) -> str:
         + ("" if rule.unique is None else
            f", unique over {len(rule.unique)} value(s)"
            + ("" if rule.unique_ms is None else f" for {rule.unique_ms} ms"))
+        + ("" if rule.having is None else ", matches filtered by its having")
     ]
     described = []
     for name, cond in zip(rule.variables, rule.conditions, strict=True):

@@ -76,6 +76,9 @@ class Match:
     unique_values:
         The values of the rule's ``unique`` expressions (JSON text), ``None`` without it;
         not part of the match's output.
+    reported:
+        Whether the rule's ``having`` holds for the match (True without one): a match for which
+        it does not is not reported.
     """
 
     rule: str
@@ -88,6 +91,7 @@ class Match:
     severity: str = "medium"
     digests: dict[str, list[str]] | None = None
     unique_values: str | None = field(default=None, compare=False, repr=False)
+    reported: bool = field(default=True, compare=False, repr=False)
 
     @property
     def match_id(self) -> str:
@@ -145,7 +149,9 @@ def build_match(
     key_values = _key_values(rule, key, first)
     ctx = _MatchContext(rule, word)
     # What `emit` and `unique` read: the last event's fields, the key's filled in.
-    current = None if rule.emit is None and rule.unique is None else _current(key_values, last)
+    having = getattr(rule, "having", None)
+    current = (None if rule.emit is None and rule.unique is None and having is None
+               else _current(key_values, last))
     values = dict(key_values) if rule.emit is None else _emit_values(rule, current, ctx)
     return Match(
         rule=rule.name,
@@ -158,6 +164,7 @@ def build_match(
         severity=rule.severity,
         digests=digests,
         unique_values=None if rule.unique is None else _unique_values(rule, current, ctx),
+        reported=True if having is None else _having(rule, current, ctx),
     )
 
 
@@ -190,6 +197,14 @@ def _key_values(rule: CompiledRule, key: tuple | None, first: Any) -> dict[str, 
         return dict(zip(rule.key_names, key, strict=True))
     names = rule.key_fields.get(first.stream, ())
     return {n: first.fields.get(f) for n, f in zip(rule.key_names, names, strict=False)}
+
+
+def _having(rule: CompiledRule, current: dict[str, Any], ctx: _MatchContext) -> bool:
+    """Whether a match's ``having`` holds (evaluated as ``emit`` is)."""
+    try:
+        return rule.having(current, ctx) is True
+    except Exception as exc:
+        raise RuleRuntimeError(f"rule {rule.name}: having failed on a match: {exc}") from exc
 
 
 def _unique_values(rule: CompiledRule, current: dict[str, Any], ctx: _MatchContext) -> str:

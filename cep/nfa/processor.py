@@ -704,9 +704,11 @@ class RuleProcessor(KeyedProcessorBase):
     def _report(
         self, outputs: list[dict[str, Any]], matches: list, rule: Any, state: KeyState
     ) -> None:
-        """Append ``matches`` of ``rule`` on a key to ``outputs``; with ``unique``, only those
-        whose values no reported match of the key shares (within its duration), the others
-        counted in :attr:`suppressed`."""
+        """Append ``matches`` of ``rule`` on a key to ``outputs``: those its ``having`` lets
+        through; with ``unique``, only those whose values no reported match of the key shares
+        (within its duration), the others counted in :attr:`suppressed`."""
+        if getattr(rule, "having", None) is not None:
+            matches = [m for m in matches if m.reported]
         if getattr(rule, "unique", None) is None:  # (a custom runtime's rules have none)
             _extend(outputs, matches)
             return

@@ -124,6 +124,48 @@ class VersionedTable:
                 return version[2]
         return None
 
+    def values_as_of(
+        self, keys: Iterable[tuple], times: Iterable[int | None], position: int | None
+    ) -> list[Any]:
+        """:meth:`as_of` for many lookups at once (a batch's rows): for each key and time, the
+        row's field at ``position`` (``True``, the row exists, when ``position`` is None), or
+        None when there is no row, the time is None or a part of the key is None.
+
+        >>> cards = VersionedTable("cards", ("card_id", "country"))
+        >>> cards.apply(("c1",), 1_000, 0, ("c1", "FR"))
+        >>> cards.values_as_of([("c1",), ("c1",), ("c2",), (None,)], [999, 1_000, 5, 5], 1)
+        [None, 'FR', None, None]
+        """
+        rows, held_of = self._rows, self._held
+        out: list[Any] = []
+        append = out.append
+        for key, ts in zip(keys, times, strict=True):
+            held = rows.get(key)
+            if held is None:
+                if ts is None or None in key:
+                    append(None)
+                    continue
+                held = held_of(key)
+                if held is None:
+                    append(None)
+                    continue
+            if ts is None:
+                append(None)
+                continue
+            if type(held) is tuple:
+                row = held[2] if held[0] <= ts else None
+            else:
+                row = None
+                for version in reversed(held):
+                    if version[0] <= ts:
+                        row = version[2]
+                        break
+            if row is None:
+                append(None)
+            else:
+                append(True if position is None else row[position])
+        return out
+
     def versions(self, key: tuple) -> list[tuple]:
         """The versions of ``key``, oldest first."""
         held = self._rows.get(key)

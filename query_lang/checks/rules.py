@@ -92,10 +92,13 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
             "it binds no event to skip to",
             r.skip,
         )
-    # `unique` is evaluated on each match as `emit` is: the same scope.
+    # `unique` and `having` are evaluated on each match as `emit` is: the same scope.
     scope = ExpressionScope("emit", all_fields, stream_fields, variables, lists, tables)
     if r.emit is not None:
         ctx.check_items(r.emit, scope, "emit")
+    if r.having is not None:
+        ctx.types.want_bool(ctx.types.expr_type(r.having, scope), r.having,
+                            f"the having of rule '{r.name}'")
     if r.unique is not None:
         for expr in r.unique.exprs:
             ctx.types.expr_type(expr, scope)

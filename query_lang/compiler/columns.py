@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -107,24 +106,16 @@ class _ColumnCompiler:
         table = _table_reader(node, self.scope)
         keys = tuple(self.compile(k) for k in node.keys)
         position = None if node.field is None else table.position(node.field)
-        as_of = table.as_of
+        values_as_of = table.values_as_of
 
         def lookup(batch: _Batch) -> _Column:
             n = batch.size
             times = np.broadcast_to(_object_values(batch.column(time)), (n,)).tolist()
             columns = [np.broadcast_to(_object_values(k(batch)), (n,)).tolist() for k in keys]
-
-            def value(at: Any, key: tuple) -> Any:
-                if at is None or None in key:
-                    return None
-                row = as_of(key, int(at))
-                if row is None:
-                    return None
-                # A row exists: the row itself only meets `is [not] null`.
-                return True if position is None else normalise_value(row[position])
-
-            values = map(value, times, zip(*columns, strict=True))
-            return _objects_column(np.fromiter(values, dtype=object, count=n), normalised=True)
+            found = values_as_of(zip(*columns, strict=True), times, position)
+            # (A row exists: the row itself only meets `is [not] null`.)
+            values = np.fromiter(map(normalise_value, found), dtype=object, count=n)
+            return _objects_column(values, normalised=True)
 
         return lookup
 

@@ -6,7 +6,7 @@ resolve.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +81,14 @@ class TableReader(Protocol):
 
     def as_of(self, key: tuple, ts: int) -> Sequence[Any] | None:
         """The row of ``key`` as of event time ``ts``, or None."""
+        ...
+
+    def values_as_of(
+        self, keys: Iterable[tuple], times: Iterable[int | None], position: int | None
+    ) -> Sequence[Any]:
+        """For each key and time, the field at ``position`` of the row as of that time
+        (``True``, a row exists, for ``position`` None); None without a row, or where the
+        time or a part of the key is None: :meth:`as_of` over a batch in one call."""
         ...
 
 

@@ -226,6 +226,7 @@ class DeclarationRules(NodeBuilder):
             skip=fields.pop("after match", ast.SkipStrategy()),
             emit=fields.pop("emit", None),
             unique=fields.pop("unique", None),
+            having=fields.pop("having", None),
             severity=fields.pop("severity", "medium"),
             notify=fields.pop("notify", ()),
             tags=fields.pop("tags", ()),

@@ -320,6 +320,12 @@ class _Versions:
         seen = [row for at, row in self.changes.get(key, []) if at <= ts]
         return seen[-1] if seen else None
 
+    def values_as_of(self, keys, times, position):
+        rows = [None if ts is None or None in key else self.as_of(key, ts)
+                for key, ts in zip(keys, times, strict=True)]
+        return [None if row is None else True if position is None else row[position]
+                for row in rows]
+
 
 class _At:
     def __init__(self, ts):

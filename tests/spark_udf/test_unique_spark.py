@@ -1,5 +1,6 @@
 """A rule's ``unique`` on Spark: the values a key reported live in the key's state across
-micro-batches, so ``run_spark`` reports the matches the embedded engine reports, and no more."""
+micro-batches, so ``run_spark`` reports the matches the embedded engine reports, and no more;
+and ``having``, which filters a rule's matches in the same processor."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ rule quiet_once from proc
   pattern a !c within 20s
   define a as name == "a.exe", c as name == "x"
   unique a.host
+
+rule same_parent from proc by host
+  pattern a b within 30s
+  define a as name != "x", b as name != "x"
+  emit a.pid as first, b.pid as second
+  having b.parent == a.parent
 """
 BASE_MS = 1_767_225_600_000
 
@@ -52,7 +59,8 @@ def test_run_spark_with_unique_equals_the_embedded_engine(spark, tmp_path) -> No
                                                "unique.vigil")
     expected = engine.drain()
     held = engine.stats.suppressed
-    assert {m["name"] for m in expected} == {"first_start", "pair_daily", "quiet_once"}
+    assert {m["name"] for m in expected} == {"first_start", "pair_daily", "quiet_once",
+                                             "same_parent"}
     # Each rule held back some matches, so the comparison covers the filter's state.
     assert set(held) == {"first_start", "pair_daily", "quiet_once"}, held
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(

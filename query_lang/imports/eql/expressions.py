@@ -326,6 +326,9 @@ class ExpressionWriter:
     # The variables of arraySearch/arrayCount in scope: EQL name -> Vigil element name and
     # type (a string of a list<string>, a json value of a json list).
     elements: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # In a sequence's filter, `events[i]`: per index, the step's pattern variable, its field
+    # types and the set its fields read go to; empty elsewhere.
+    events: tuple[tuple[str, Callable[[str], str], set[str]], ...] = ()
 
     # ------------------------------------------------------------------ conditions
 
@@ -641,6 +644,8 @@ class ExpressionWriter:
         return _Value("null", None, None)
 
     def _value_Field(self, node: eql_ast.Field) -> _Value:
+        if self.events:
+            return self._event_field(node)
         if node.base in self.elements:
             element, kind = self.elements[node.base]
             if node.path and kind != _JSON:
@@ -665,6 +670,23 @@ class ExpressionWriter:
         name = field_name(self.parsed, node)
         self.fields_read.add(name)
         return _Value(name, self.field_type(name))
+
+    def _event_field(self, node: eql_ast.Field) -> _Value:
+        """``events[i].field`` of a sequence's filter: the field of the step's variable."""
+        path = list(node.path)
+        if node.base != "events" or not path or not isinstance(path[0], int):
+            raise self.parsed.error(node, f"`{node.render()}` in a sequence's filter: it reads "
+                                    "the sequence's events as events[i].field",
+                                    construct="sequence filter field")
+        index = path[0] + (len(self.events) if path[0] < 0 else 0)
+        if not 0 <= index < len(self.events) or len(path) < 2 or not isinstance(path[1], str):
+            raise self.parsed.error(node, f"`{node.render()}` names no field of an event of "
+                                    f"the sequence (it has {len(self.events)})",
+                                    construct="sequence filter field")
+        variable, field_type, read = self.events[index]
+        name = field_name(self.parsed, eql_ast.Field(path[1], path[2:]))
+        read.add(name)
+        return _Value(f"{variable}.{name}", field_type(name))
 
     def _value_MathOperation(self, node: eql_ast.MathOperation) -> _Value:
         return self._arithmetic(node, node.operator, node.left, node.right)

@@ -167,6 +167,13 @@ def parse_eql(
         except EqlError as err:
             raise EqlImportError(str(err), Span(file, line_offset + 1, 1), parsed.source(),
                                  construct="syntax") from None
+        except (AttributeError, TypeError, KeyError, IndexError) as err:
+            # The package fails so on some invalid queries (an `events[i]` past the end of a
+            # sequence reaches a broken error path): still the query's fault, said as such.
+            raise EqlImportError(
+                f"the eql package could not read this query ({type(err).__name__}: {err})",
+                Span(file, line_offset + 1, 1), parsed.source(), construct="syntax",
+            ) from None
     parsed.query = node.node if isinstance(node, NodeInfo) else node
     parsed.origins, parsed.operator_of = walker.origins, walker.operator_of
     parsed.keep = walker.keep

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eql import ast as eql_ast
+from eql.walkers import RecursiveWalker
 
 from query_lang.imports.eql.errors import EqlImportError
 from query_lang.imports.eql.expressions import (
@@ -81,7 +82,10 @@ def query_steps(
             notes.append(f"pipe `| {pipe.render()}` ignored (--ignore-pipe {name})")
             ignored = True
             continue
-        if name == "filter" and isinstance(first, eql_ast.EventQuery) and not ignored:
+        if name == "filter" and not ignored:
+            # After an event query, more of its condition; after a sequence, a filter over
+            # its matches (a rule's `having`: EQL has dropped the sequence from its pending
+            # ones whether or not the filter keeps it).
             filters.append(pipe.expression if hasattr(pipe, "expression") else pipe.arguments[0])
             continue
         if (name == "unique" and isinstance(first, eql_ast.EventQuery) and not ignored
@@ -90,9 +94,7 @@ def query_steps(
             unique = list(pipe.arguments)
             continue
         why = {
-            "filter": "it follows an ignored pipe, whose cut it would filter" if ignored else
-                      "a sequence's filter reads the completed sequence, after EQL has dropped "
-                      "it from its pending ones",
+            "filter": "it follows an ignored pipe, whose cut it would filter",
             "head": "a standing rule reports every match as it happens, not the first N",
             "tail": "a standing rule reports every match as it happens, not the last N",
             "sort": "matches are reported in event time as they happen",
@@ -123,7 +125,7 @@ def query_steps(
                 raise parsed.error(first.max_span, f"maxspan of {ms} ms: Vigil windows are "
                                    "whole milliseconds", construct="maxspan")
             maxspan = int(ms)
-        return steps, [], maxspan, notes, []
+        return steps, filters, maxspan, notes, []
     kind = type(first).__name__.lower()
     why = {
         "join": "a join matches its events in any order; Vigil patterns are ordered",
@@ -199,6 +201,9 @@ def write_rule(
     else:
         lines += _sequence_lines(parsed, steps, maxspan, types, condition_of, fields,
                                  folds_keys)
+        if filters:
+            having = _sequence_filter(parsed, steps, filters, types, fields, case_insensitive)
+            lines.append(f"  having {having}")
     if header.severity:
         lines.append(f"  severity {header.severity}")
     if header.tags:
@@ -297,12 +302,57 @@ def _sequence_lines(parsed, steps, maxspan, types, condition_of, fields, folds_k
     return lines
 
 
+def _sequence_filter(parsed: ParsedQuery, steps: list[Step], filters: list[Any],
+                     types: FieldTypes, fields: dict[str, set[str]],
+                     case_insensitive: Callable[[Any], bool]) -> str:
+    """The ``having`` of a sequence's ``filter`` pipes: ``events[i]`` is the i-th event the
+    sequence binds (its steps but the missing ones and ``until``), read through the variable
+    :func:`_sequence_lines` gives that step."""
+    ordered = [s for s in steps if s.role != "until"]
+    bound = [(f"s{number}", step) for number, step in enumerate(ordered, 1)
+             if step.role == "step"]
+    events = tuple((name, _types_of(types, step), set()) for name, step in bound)
+    writer = ExpressionWriter(parsed, case_insensitive, lambda name: "string", events=events)
+    having = join_terms(" and ", [writer.condition(f).true for f in filters])
+    for (_, step), (_, _, read) in zip(bound, events, strict=True):
+        for s in step.streams:
+            fields[s] |= read
+    return having
+
+
+def _types_of(types: FieldTypes, step: Step) -> Callable[[str], str]:
+    return lambda name: types.of(step.streams[0], name)
+
+
+class _FromOneEvent(RecursiveWalker):
+    """A sequence's filter as seen from its event ``index``: ``events[index].f`` as the field
+    ``f``, the other events' fields as null (what type inference over one step reads)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def _walk_field(self, node: eql_ast.Field) -> Any:
+        path = list(node.path)
+        if node.base == "events" and path and isinstance(path[0], int):
+            if path[0] == self.index and len(path) > 1 and isinstance(path[1], str):
+                return eql_ast.Field(path[1], path[2:])
+            return eql_ast.Null()
+        return node
+
+
 def infer_step_types(parsed: ParsedQuery, steps: list[Step], filters: list[Any],
                      types: FieldTypes, unique: list[Any] = ()) -> None:
     """Note the field types the conditions of ``steps`` (and ``filters``, and ``unique``'s
     expressions) imply."""
     for step in steps:
         infer_types(parsed, step.query.query, step.streams, types)
+    if isinstance(parsed.query.first, eql_ast.Sequence):
+        bound = [s for s in steps if s.role == "step"]
+        for f in filters:
+            for index, step in enumerate(bound):
+                infer_types(parsed, _FromOneEvent(index).walk(f), step.streams, types)
+        return
     # A bare field in `unique` is a value of any type, not a boolean condition.
     for f in [*filters, *(u for u in unique if not isinstance(u, eql_ast.Field))]:
         infer_types(parsed, f, steps[0].streams, types)

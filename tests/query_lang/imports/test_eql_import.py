@@ -158,6 +158,31 @@ def test_per_step_join_keys_follow_a_process_to_its_child():
         == [[0, 1]]
 
 
+def test_a_sequence_filter_drops_the_completed_sequence_it_rejects():
+    events = [P(k=1, t="a", v=0), P(k=1, t="b", v=1), P(k=1, t="b", v=2),
+              P(k=2, t="a", v=0), P(k=2, t="b", v=2)]
+    options = EqlOptions(id_field="id", schema={"*": {"id": "int", "k": "int", "v": "int"}})
+    query = 'sequence by k [process where t == "a"] [process where t == "b"]'
+    assert run(query, events, options) == [[0, 1], [3, 4]]
+    # [0, 1] completes and is filtered out: EQL no longer holds 0 pending for the third event
+    # (a condition on the second step would have matched [0, 2]).
+    assert run(query + " | filter events[1].v == 2", events, options) == [[3, 4]]
+    assert run(query + " | filter events[0].v == 0 and events[1].v != 2", events,
+               options) == [[0, 1]]
+
+
+def test_json_arrays_of_records_are_searched():
+    options = EqlOptions(id_field="id", schema={"*": {"id": "int", "m": "json"}})
+    events = [P(m={"sub": [{"a": "x1", "c": [{"y": 1}]}, {"a": "z"}], "o": 1}),
+              P(m={"sub": [{"a": "q", "c": [{"y": 2}]}], "o": 1}),
+              P(m={"sub": "not a list"}), P(m=None), P()]
+    assert run('process where arraySearch(m.sub, s, s.a : "X*")', events, options) == [[0]]
+    assert run("process where arraySearch(m.sub, s, arraySearch(s.c, n, n.y == m.o))", events,
+               options) == [[0]]
+    assert run("process where arrayCount(m.sub, s, true) == 1", events, options) == [[1]]
+    assert run("process where m and m.o == 1", events, options) == [[0], [1]]
+
+
 @pytest.mark.parametrize(
     ("query", "construct", "column"),
     [
@@ -175,6 +200,10 @@ def test_per_step_join_keys_follow_a_process_to_its_child():
         ("process where descendant of [process where true]", "descendant of", 15),
         ("process where true | unique_count a", "pipe unique_count", 22),
         ("sequence [process where true] [file where true] | unique a", "pipe unique", 51),
+        ("sequence [process where true] [file where true] | filter pid == 1",
+         "sequence filter field", 58),
+        ("sequence [process where true] [file where true] | filter events[2].pid == 1",
+         "syntax", 1),
     ],
 )
 def test_refusals_name_the_construct_and_its_place(query, construct, column):
