@@ -94,7 +94,7 @@ class Member(Node):
     the value is not an object or has no such key. The parser builds it for names of three
     parts or more (``a.payload.kind``, ``nested.x.y``); a two-part name whose first part is a
     ``json`` field rather than a stream or a pattern variable is one too
-    (:func:`query_lang.compiler.resolve.resolve_members`)."""
+    (:func:`query_lang.compiler.resolve.member_of_field`)."""
 
     base: Expr
     name: str

@@ -264,16 +264,12 @@ def _refined_at_release(
     out, and a rule whose mask becomes 0 no longer offered the event — as if its mask had
     been 0 on arrival. The matches are the same (the predicate would reject the event); what
     is saved is running the event through its key's automaton."""
-    deferred: dict[int, tuple[tuple[str, ...], list[tuple[int, Any]]]] = {}
+    deferred: dict[int, tuple[tuple[str, ...], tuple[tuple[int, Any], ...]]] = {}
     for group in groups.values():
         processor = group.processor
         for index, (rule, slot) in enumerate(zip(processor.rules, group.slots, strict=True)):
-            if index in processor.scanned or must_see_all(processor, index):
-                continue
-            pairs = [(bit, cond.at_release)
-                     for bit, cond in enumerate(getattr(rule, "conditions", ()))
-                     if getattr(cond, "at_release", None) is not None]
-            if pairs:
+            pairs = getattr(rule, "at_release", ())  # (another compiler's rules have none)
+            if pairs and index not in processor.scanned and not must_see_all(processor, index):
                 deferred[slot] = (rule.streams, pairs)
     if not deferred:
         return released

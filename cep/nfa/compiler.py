@@ -212,6 +212,8 @@ class CompiledRule:
     pure_bits: int = field(default=0, init=False)
     #: Some variable is named at more than one place of the pattern.
     reuses_variables: bool = field(default=False, init=False)
+    #: ``(bit, release form)`` of each condition that reads a table and has one.
+    at_release: tuple[tuple[int, ReleaseCondition], ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
         bits = 0
@@ -219,6 +221,10 @@ class CompiledRule:
             if cond.current_only:
                 bits |= 1 << i
         object.__setattr__(self, "pure_bits", bits)
+        object.__setattr__(self, "at_release", tuple(
+            (i, cond.at_release) for i, cond in enumerate(self.conditions)
+            if cond.at_release is not None
+        ))
         object.__setattr__(self, "reuses_variables", len(set(self.places)) < len(self.places))
 
     def summary(self, letters: tuple[int, ...]) -> StateSummary:
