@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cep.events.event import BadEventError, EventReason, dead_letter, parse_json_line
+from cep.events.event import (
+    BadEventError,
+    EventReason,
+    dead_letter,
+    parse_json_line,
+    plain_value,
+)
 from cep.events.keyed import KeyedProcessor, ProcessResult, validate_raw
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, late_detail
 from spark_udf.bucket_state import BucketState
@@ -121,7 +127,9 @@ def _column_values(series: pd.Series, as_int: bool) -> list[Any]:
         )
     values = series.tolist()
     if series.dtype == object:
-        return [None if isinstance(v, float) and v != v else v for v in values]
+        # NaN as null, and Arrow's list and struct cells (numpy arrays, dicts of them) as the
+        # lists and objects a JSON line gives
+        return [v if type(v) is str else plain_value(v) for v in values]
     return values
 
 

@@ -1325,7 +1325,12 @@ def _is_null(value: Any) -> bool:
 
 
 def plain_value(value: Any) -> Any:
-    """Native Python value for a field (numpy scalars unboxed, NaN/NA as None)."""
+    """Native Python value for a field (numpy scalars unboxed, NaN/NA as None), through the
+    objects and arrays a ``json`` field holds (Arrow's struct cells are dicts of numpy arrays).
+
+    >>> plain_value({"a": np.array([np.int64(1), {"b": np.float64("nan")}], dtype=object)})
+    {'a': [1, {'b': None}]}
+    """
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and math.isnan(value):
@@ -1334,6 +1339,8 @@ def plain_value(value: Any) -> Any:
         return None
     if isinstance(value, np.ndarray):
         return [plain_value(v) for v in value.tolist()]
+    if isinstance(value, dict):
+        return {k: plain_value(v) for k, v in value.items()}
     return value
 
 

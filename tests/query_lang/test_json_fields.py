@@ -167,3 +167,24 @@ def test_a_program_over_json_events_end_to_end() -> None:
     assert [m["document_id"] for m in found if m["name"] == "u1_buys"] == ["e2", "e4"]
     metric = [m for m in found if m["name"] == "big_baskets"]
     assert sum(m["values"]["n"] for m in metric) == 2  # e2 and e6
+
+
+def test_a_frame_from_arrow_gives_the_same_matches() -> None:
+    # Arrow's struct and list cells reach pandas as dicts holding numpy arrays: read as the
+    # objects and lists of the same events given as JSON.
+    import pyarrow as pa
+
+    events = [_event(1, "view", "s1", 0), _event(2, "buy", "s1", 2), _event(3, "buy", "s2", 5)]
+    found = []
+    for feed in ("dicts", "arrow"):
+        engine = Engine()
+        engine.register(PROGRAM)
+        if feed == "dicts":
+            for event in events:
+                engine.feed(event)
+        else:
+            engine.feed_batch(pa.Table.from_pylist(events).to_pandas())
+        engine.close()
+        found.append(sorted((m["name"], m["match_id"]) for m in engine.drain()))
+    assert found[0] == found[1]
+    assert {name for name, _ in found[0]} == {"same_user_basket", "u1_buys", "big_baskets"}

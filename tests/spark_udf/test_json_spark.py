@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from spark_support import run_both
+from spark_support import embedded, run_both
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "query_lang"))
 from test_json_fields import PROGRAM  # noqa: E402
@@ -41,3 +41,24 @@ def test_run_spark_over_json_fields_equals_the_embedded_engine(spark, tmp_path) 
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
     )
+
+
+@pytest.mark.slow
+def test_detect_over_struct_columns_equals_the_embedded_engine(spark) -> None:
+    # A user's frame with typed columns: json fields as Spark structs and arrays of structs,
+    # which reach the operator as Arrow cells (dicts holding numpy arrays).
+    from spark_udf import detect
+
+    sample = [e for e in _events(200, seed=8) if isinstance(e["payload"], dict)]
+    for e in sample:
+        for item in e["payload"]["basket"]["items"]:
+            item.pop("note")  # (a value of several types has no Spark type)
+    schema = ("id string, user string, n long, tags array<string>, payload struct<kind: string, "
+              "sku: string, basket: struct<user: string, items: array<struct<sku: string, "
+              "qty: long>>>>, ts long")
+    frame = spark.createDataFrame(sample, schema)
+    rows = detect(frame, PROGRAM, buckets=4).collect()
+    expected = embedded(PROGRAM, sample).drain()
+    assert {m["name"] for m in expected} == {"same_user_basket", "u1_buys", "big_baskets"}
+    assert sorted(r.match_id for r in rows if r.kind != "dead_letter") == sorted(
+        m["match_id"] for m in expected)
