@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from arrivals import arriving
 from batch_splits import feed_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,14 +49,9 @@ def _keeps(name: str, values: dict) -> bool:
 
 @st.composite
 def quotes(draw):
-    rows = []
-    for i in range(draw(st.integers(1, 60))):
-        ts = draw(st.integers(0, 200))
-        jitter = draw(st.floats(0, LATENESS_S - 0.5))
-        rows.append((ts + jitter, i, {"id": f"e{i}", "sym": draw(st.sampled_from(("x", "y"))),
-                                      "price": draw(st.integers(1, 9)), "ts": ts}))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    return [row for _, _, row in rows]
+    return arriving(draw, lambda i, ts: {"id": f"e{i}", "sym": draw(st.sampled_from(("x", "y"))),
+                                         "price": draw(st.integers(1, 9)), "ts": ts},
+                    LATENESS_S, 60, 200)
 
 
 def _split(matches: list[dict]) -> tuple[dict, dict]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from arrivals import arriving
 from batch_splits import feed_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,26 +45,23 @@ COUNTRIES = ("FR", "DE", None)
 
 @st.composite
 def streams(draw):
-    """Changes and transactions with their event times (s) and arrival jitter (< lateness)."""
-    rows = []
-    for i in range(draw(st.integers(1, 40))):
-        ts = draw(st.integers(0, 120))
-        jitter = draw(st.floats(0, LATENESS_S - 0.5))
+    """Changes and transactions with their event times (s), arriving within the lateness."""
+
+    def row(i: int, ts: int) -> dict:
         key = draw(st.sampled_from(KEYS))
         if draw(st.booleans()):
             op = draw(st.sampled_from(("c", "u", "r", "d", "D", "x")))
             home = draw(st.sampled_from(COUNTRIES))
             limit = draw(st.sampled_from((None, 1, 2)))
-            row = {"stream": "card_changes", "card_id": key, "home": home, "limit": limit,
-                   "op": op, "ts": ts}
+            change = {"stream": "card_changes", "card_id": key, "home": home, "limit": limit,
+                      "op": op, "ts": ts}
             if draw(st.integers(0, 9)) == 0:
-                del row["card_id"]  # a bad change: no key
-        else:
-            row = {"stream": "txn", "txn_id": f"t{i}", "card_id": key,
-                   "country": draw(st.sampled_from(("FR", "DE"))), "ts": ts}
-        rows.append((ts + jitter, i, row))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    return [row for _, _, row in rows]
+                del change["card_id"]  # a bad change: no key
+            return change
+        return {"stream": "txn", "txn_id": f"t{i}", "card_id": key,
+                "country": draw(st.sampled_from(("FR", "DE"))), "ts": ts}
+
+    return arriving(draw, row, LATENESS_S, 40, 120)
 
 
 def reference(rows):

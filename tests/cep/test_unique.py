@@ -8,6 +8,7 @@ import json
 
 import pandas as pd
 import pytest
+from arrivals import arriving
 from batch_splits import feed_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -47,17 +48,11 @@ PROGRAM = (
 
 @st.composite
 def events(draw):
-    rows = []
-    for i in range(draw(st.integers(1, 60))):
-        ts = draw(st.integers(0, 300))
-        jitter = draw(st.floats(0, LATENESS_S - 0.5))
-        rows.append((ts + jitter, i, {
-            "pid": f"e{i}", "host": draw(st.sampled_from(("h1", "h2"))),
-            "name": draw(st.sampled_from(("a.exe", "A.EXE", "b.exe", "x"))),
-            "parent": draw(st.sampled_from(("p1", "p2", None))), "ts": ts,
-        }))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    return [row for _, _, row in rows]
+    return arriving(draw, lambda i, ts: {
+        "pid": f"e{i}", "host": draw(st.sampled_from(("h1", "h2"))),
+        "name": draw(st.sampled_from(("a.exe", "A.EXE", "b.exe", "x"))),
+        "parent": draw(st.sampled_from(("p1", "p2", None))), "ts": ts,
+    }, LATENESS_S, 60, 300)
 
 
 def _identity(match: dict) -> tuple:
