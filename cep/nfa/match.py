@@ -148,8 +148,8 @@ def build_match(
     first, last = word[0][1], word[-1][1]
     key_values = _key_values(rule, key, first)
     ctx = _MatchContext(rule, word)
-    # What `emit` and `unique` read: the last event's fields, the key's filled in.
-    having = getattr(rule, "having", None)
+    # What `emit`, `unique` and `having` read: the last event's fields, the key's filled in.
+    having = rule.having
     current = (None if rule.emit is None and rule.unique is None and having is None
                else _current(key_values, last))
     values = dict(key_values) if rule.emit is None else _emit_values(rule, current, ctx)

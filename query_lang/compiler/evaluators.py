@@ -58,12 +58,14 @@ def compile_expr(
         ``evaluate(event, ctx=None)``: the expression's value (None for null) for ``event``,
         a mapping of field name to value (timestamps and durations in ms). Pattern variables,
         ``prev`` and aggregates read ``ctx``; without one they are null (``count`` is 0).
+        ``q.f`` with ``q`` neither a stream nor a variable is the member ``f`` of the json
+        field ``q`` (:func:`query_lang.compiler.resolve.member_of_field`).
 
     Raises
     ------
     CompileError
-        For an unknown qualifier, variable, function, list, operator or a bad regex; for
-        ``search`` without a search hook; for a metric aggregate such as ``count()``.
+        For an unknown variable, function, list, operator or a bad regex; for ``search``
+        without a search hook; for a metric aggregate such as ``count()``.
 
     Examples
     --------
