@@ -644,8 +644,6 @@ class ExpressionWriter:
         return _Value("null", None, None)
 
     def _value_Field(self, node: eql_ast.Field) -> _Value:
-        if self.events:
-            return self._event_field(node)
         if node.base in self.elements:
             element, kind = self.elements[node.base]
             if node.path and kind != _JSON:
@@ -653,6 +651,8 @@ class ExpressionWriter:
                                         "elements; a list<string> holds strings",
                                         construct="nested array")
             return _Value(_members(self.parsed, node, element, list(node.path)), kind)
+        if self.events:
+            return self._event_field(node)
         member = json_member(self.parsed, node, lambda name: self.field_type(name) == _JSON)
         if member is not None:
             self.fields_read.add(member[0])

@@ -169,6 +169,13 @@ def test_a_sequence_filter_drops_the_completed_sequence_it_rejects():
     assert run(query + " | filter events[1].v == 2", events, options) == [[3, 4]]
     assert run(query + " | filter events[0].v == 0 and events[1].v != 2", events,
                options) == [[0, 1]]
+    # an arraySearch's element inside the filter is the element, not an event's field
+    lists = EqlOptions(id_field="id", schema={"*": {"id": "int", "k": "int",
+                                                    "xs": "list<string>"}})
+    tagged = [P(k=1, t="a", xs=["p"]), P(k=1, t="b", xs=["q", "r"]),
+              P(k=2, t="a", xs=[]), P(k=2, t="b", xs=["z"])]
+    assert run(query + ' | filter arraySearch(events[1].xs, x, x == "r" or x == "q")', tagged,
+               lists) == [[0, 1]]
 
 
 def test_json_arrays_of_records_are_searched():
