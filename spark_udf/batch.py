@@ -243,6 +243,10 @@ def _group_by_key(
     groups: dict[tuple, tuple[list[dict[str, Any]], list[int | None]]] = {}
     wanted = _StreamFilter(processor)
     key_of = processor.key_of
+    # Steps with their own ``by``: an event belongs to each key it yields (a process as the
+    # parent under its pid, as the child under its parent's); rows were routed by the part
+    # of the key those share, so all of an event's keys are in this bucket.
+    keys_of = processor.keys_of if getattr(processor, "multi_key", False) else None
     # Each stream's unit of epoch numbers, for the unit hint of a late event's detail.
     schemas = getattr(processor, "schemas", None)
     units = ({name: schema.epoch_unit_ms for name, schema in schemas.items()}
@@ -259,7 +263,17 @@ def _group_by_key(
         skipped = needed is not None and not needed[i]
         if skipped and not is_late:
             continue
-        key = None if skipped else key_of(event)
+        if keys_of is not None and not skipped:
+            # Checked once here: under each of its keys a bad event would be reported again.
+            refused = _refused(schemas, event, times[i])
+            if refused is not None:
+                run.records.append(refused)
+                continue
+            keys = keys_of(event)
+            key = keys[0] if keys else None
+        else:
+            keys = None
+            key = None if skipped else key_of(event)
         if is_late or key is None:
             # What is wrong with the event comes first, then lateness, then a missing key:
             # the order in which the embedded engine finds them.
@@ -281,17 +295,18 @@ def _group_by_key(
                 )
             )
             continue
-        try:
-            group = groups.get(key)
-        except TypeError:
-            # A list or object where a key value belongs: validation refuses the event (key
-            # fields hold single values), which the processor reports under this key.
-            key = _frozen(key)
-            group = groups.get(key)
-        if group is None:
-            group = groups[key] = ([], [])
-        group[0].append(event)
-        group[1].append(times[i])
+        for each in keys or (key,):
+            try:
+                group = groups.get(each)
+            except TypeError:
+                # A list or object where a key value belongs: validation refuses the event
+                # (key fields hold single values), which the processor reports under this key.
+                each = _frozen(each)
+                group = groups.get(each)
+            if group is None:
+                group = groups[each] = ([], [])
+            group[0].append(event)
+            group[1].append(times[i])
     return groups
 
 

@@ -252,6 +252,12 @@ class PerKeyDetector(StatefulProcessor):
                 "the per-key layout keeps one key's state and no table: run a program with "
                 "tables in the bucketed layout (the default)"
             )
+        if getattr(self._processor, "multi_key", False):
+            raise OperatorConfigError(
+                "the per-key layout keeps one key's state, and an event of a rule whose steps "
+                "have their own `by` belongs to several keys: run it in the bucketed layout "
+                "(the default)"
+            )
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues

@@ -310,9 +310,14 @@ def reference_outputs(
     """Run events through the processor directly, one call per key, with no Spark: the result
     the streaming and static operators must reproduce (matches as ``match_record`` rows)."""
     by_key: dict[str, tuple[tuple, list[Mapping[str, Any]]]] = {}
+    keys_of = getattr(processor, "keys_of", None)
     for event in events:
-        key = processor.key_of(event)
-        if key is not None:
+        if getattr(processor, "multi_key", False):
+            keys = keys_of(event)
+        else:
+            key = processor.key_of(event)
+            keys = [] if key is None else [key]
+        for key in keys:
             by_key.setdefault(key_text(key), (key, []))[1].append(event)
     out: list[dict[str, Any]] = []
     for key, key_events in by_key.values():

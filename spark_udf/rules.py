@@ -179,7 +179,7 @@ def _processor_tables(
     """
     used: dict[str, None] = {}
     broadcast: set[str] = set()
-    own = {stream: tuple(fields) for stream, fields in processor.key_fields.items()}
+    own = {stream: tuple(fields) for stream, fields in _route_fields(processor).items()}
     for rule in rules:
         for node in ast.walk(rule):
             if not isinstance(node, ast.Lookup):
@@ -209,10 +209,17 @@ def _processor_tables(
     return part
 
 
+def _route_fields(processor: Any) -> Mapping[str, Sequence[str]]:
+    """Per stream, the fields a processor's rows are routed by (``RuleProcessor.route_fields``:
+    a rule whose steps have their own ``by`` routes by its own ``by`` alone, each bucket then
+    splitting the events by their keys), else its key fields (a metric's groups)."""
+    return getattr(processor, "route_fields", processor.key_fields)
+
+
 def _spec(
     processor: Any, names: tuple[str, ...], schemas: Mapping[str, StreamSchema]
 ) -> ProcessorSpec:
-    key_cols = {s: tuple(fields) for s, fields in processor.key_fields.items()}
+    key_cols = {s: tuple(fields) for s, fields in _route_fields(processor).items()}
     tables = getattr(processor, "tables", None)
     for feed in tables.feeds() if tables is not None else ():
         # Changelog rows route by the table's key into the buckets of the rules' keys (or, for
@@ -320,6 +327,13 @@ def detect_specs(
         raise OperatorConfigError(
             f"rules {', '.join(tabled[0].rules)} look up tables, which live in the buckets of "
             f"the bucketed layout; the {layout} layout keeps one key's state and no table"
+        )
+    several = [spec for spec in specs if getattr(spec.processor, "multi_key", False)]
+    if several and layout != "bucketed":
+        raise OperatorConfigError(
+            f"rule {several[0].rules[0]} has steps with their own `by`, so an event belongs to "
+            f"several keys, which the buckets of the bucketed layout split; the {layout} layout "
+            "keeps one key's state"
         )
     if df.isStreaming and layout == "bucketed":
         types = {f.name: f.dataType for f in df.schema.fields}

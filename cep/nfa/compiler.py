@@ -280,6 +280,17 @@ class CompiledRule:
             mask |= fits.astype(np.int64) << np.int64(i)
         return mask
 
+    @property
+    def shared_key_fields(self) -> dict[str, tuple[str, ...]]:
+        """Per stream, the fields of the rule's own ``by``: the part every key of an event
+        shares (all of :attr:`key_fields` unless steps have their own ``by``). Whoever splits
+        events by key must keep events equal on these together (:meth:`keys_of` does the
+        rest)."""
+        if not self.var_keys:
+            return self.key_fields
+        width = len(self.key_names) - len(next(iter(self.var_keys.values())))
+        return {stream: fields[:width] for stream, fields in self.key_fields.items()}
+
     def keys_of(self, stream: str, fields: Mapping[str, Any]) -> list[tuple]:
         """Every partition key an event belongs to (several with per-variable ``by``)."""
         base = tuple(fields.get(f) for f in self.key_fields.get(stream, ()))
