@@ -676,13 +676,22 @@ class KeyPart(Node):
 
 @dataclass(frozen=True)
 class Define(Node):
-    """``define v as [STREAM where] EXPR [by f | by (f1, f2)]``."""
+    """``define v as [STREAM where] EXPR [by K | by (K1, K2)]``: a key ``K`` is a field of the
+    current event or an expression of its fields (EQL's ``by pid * 2``)."""
 
     var: str
     stream: str | None = None
     condition: Expr | None = None
-    keys: tuple[str, ...] = ()
+    keys: tuple[Expr, ...] = ()
     span: Span = _span()
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """What names each key part in a match's key: the field, or the expression's text."""
+        return tuple(
+            k.name if isinstance(k, FieldRef) and k.qualifier is None else print_expr(k)
+            for k in self.keys
+        )
 
 
 SKIP_KINDS = ("past_last", "to_next", "to_first", "to_last", "no_skip")

@@ -241,9 +241,9 @@ def _define(d: ast.Define) -> str:
         body = print_expr(d.condition) if d.condition is not None else "true"
     keys = ""
     if len(d.keys) == 1:
-        keys = f" by {d.keys[0]}"
+        keys = f" by {print_expr(d.keys[0])}"
     elif d.keys:
-        keys = f" by ({', '.join(d.keys)})"
+        keys = f" by ({', '.join(print_expr(k) for k in d.keys)})"
     return f"{d.var} as {body}{keys}"
 
 

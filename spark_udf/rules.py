@@ -179,7 +179,7 @@ def _processor_tables(
     """
     used: dict[str, None] = {}
     broadcast: set[str] = set()
-    own = {stream: tuple(fields) for stream, fields in _route_fields(processor).items()}
+    own = {stream: tuple(fields) for stream, fields in processor.key_fields.items()}
     for rule in rules:
         for node in ast.walk(rule):
             if not isinstance(node, ast.Lookup):
@@ -209,17 +209,10 @@ def _processor_tables(
     return part
 
 
-def _route_fields(processor: Any) -> Mapping[str, Sequence[str]]:
-    """Per stream, the fields a processor's rows are routed by (``RuleProcessor.route_fields``:
-    a rule whose steps have their own ``by`` routes by its own ``by`` alone, each bucket then
-    splitting the events by their keys), else its key fields (a metric's groups)."""
-    return getattr(processor, "route_fields", processor.key_fields)
-
-
 def _spec(
     processor: Any, names: tuple[str, ...], schemas: Mapping[str, StreamSchema]
 ) -> ProcessorSpec:
-    key_cols = {s: tuple(fields) for s, fields in _route_fields(processor).items()}
+    key_cols = {s: tuple(fields) for s, fields in processor.key_fields.items()}
     tables = getattr(processor, "tables", None)
     for feed in tables.feeds() if tables is not None else ():
         # Changelog rows route by the table's key into the buckets of the rules' keys (or, for

@@ -174,9 +174,15 @@ class CompiledRule:
     version: int
     severity: str
     streams: tuple[str, ...]
+    #: Per stream, the fields of the rule's own ``by`` (with steps that have their own ``by``,
+    #: the part every key of an event shares: events equal on it may be split further).
     key_fields: dict[str, tuple[str, ...]]
+    #: The names of a key's parts: the rule's ``by``, then the steps' own ``by``.
     key_names: tuple[str, ...]
+    #: Variable with its own ``by`` -> its key parts' names (fields or expressions' text).
     var_keys: dict[str, tuple[str, ...]]
+    #: Variable with its own ``by`` -> its key parts' values of an event's fields.
+    var_key_values: dict[str, Callable[[Mapping[str, Any]], tuple]]
     within_ms: int | None
     needs_every_event: bool
     contiguity: str
@@ -280,29 +286,17 @@ class CompiledRule:
             mask |= fits.astype(np.int64) << np.int64(i)
         return mask
 
-    @property
-    def shared_key_fields(self) -> dict[str, tuple[str, ...]]:
-        """Per stream, the fields of the rule's own ``by``: the part every key of an event
-        shares (all of :attr:`key_fields` unless steps have their own ``by``). Whoever splits
-        events by key must keep events equal on these together (:meth:`keys_of` does the
-        rest)."""
-        if not self.var_keys:
-            return self.key_fields
-        width = len(self.key_names) - len(next(iter(self.var_keys.values())))
-        return {stream: fields[:width] for stream, fields in self.key_fields.items()}
-
     def keys_of(self, stream: str, fields: Mapping[str, Any]) -> list[tuple]:
         """Every partition key an event belongs to (several with per-variable ``by``)."""
         base = tuple(fields.get(f) for f in self.key_fields.get(stream, ()))
         if not self.var_keys:
             return [base]
         keys: list[tuple] = []
-        rule_part = len(self.key_names) - len(next(iter(self.var_keys.values())))
-        for var, names in self.var_keys.items():
+        for var, values in self.var_key_values.items():
             cond = self.conditions[self.variables.index(var)]
             if cond.stream is not None and cond.stream != stream:
                 continue
-            key = base[:rule_part] + tuple(fields.get(f) for f in names)
+            key = base + values(fields)
             if key not in keys:
                 keys.append(key)
         return keys
@@ -432,9 +426,13 @@ def _emit_name(item: ast.EmitItem) -> str:
     return item.name
 
 
-def _key_layout(
-    rule: ast.RuleDecl, streams: tuple[str, ...]
-) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...], dict[str, tuple[str, ...]]]:
+def _key_layout(rule: ast.RuleDecl, streams: tuple[str, ...], scope: Any) -> tuple[
+    dict[str, tuple[str, ...]], tuple[str, ...], dict[str, tuple[str, ...]],
+    dict[str, Callable[[Mapping[str, Any]], tuple]],
+]:
+    """Per stream the fields of the rule's own ``by``; the names of a key's parts (the rule's
+    ``by``, then the steps' own); per variable with its own ``by`` its parts' names and the
+    function giving them from an event's fields."""
     key_fields: dict[str, list[str]] = {s: [] for s in streams}
     names: list[str] = []
     for part in rule.by:
@@ -451,23 +449,48 @@ def _key_layout(
                         chosen = ref_field
                         break
             key_fields[s].append(chosen if chosen is not None else part.refs[0][1])
-    var_keys = {d.var: tuple(d.keys) for d in rule.defines if d.keys}
-    if var_keys:
-        widths = {len(k) for k in var_keys.values()}
-        if len(widths) != 1:
-            first = next(d for d in rule.defines if d.keys)
+    keyed = [d for d in rule.defines if d.keys]
+    var_keys = {d.var: d.key_names for d in keyed}
+    if len({len(d.keys) for d in keyed}) > 1:
+        raise RuleCompileError(
+            f"rule {rule.name}: every step's `by` must have the same number of fields",
+            keyed[0].span,
+        )
+    if keyed:
+        names.extend(keyed[0].key_names)
+    values: dict[str, Callable[[Mapping[str, Any]], tuple]] = {}
+    for d in keyed:
+        try:
+            values[d.var] = _step_key_values(d.keys, scope)
+        except expressions.CompileError as exc:
             raise RuleCompileError(
-                f"rule {rule.name}: every step's `by` must have the same number of fields",
-                first.span,
-            )
-        first_keys = next(iter(var_keys.values()))
-        names.extend(first_keys)
-        for s in streams:
-            for d in rule.defines:
-                if d.keys and (d.stream is None or d.stream == s):
-                    key_fields[s].extend(d.keys)
-                    break
-    return {s: tuple(f) for s, f in key_fields.items()}, tuple(names), var_keys
+                f"rule {rule.name}: the key of '{d.var}': {getattr(exc, 'message', exc)}",
+                getattr(exc, "span", None) or d.span,
+            ) from exc
+    return {s: tuple(f) for s, f in key_fields.items()}, tuple(names), var_keys, values
+
+
+def _step_key_values(
+    keys: tuple[ast.Expr, ...], scope: Any
+) -> Callable[[Mapping[str, Any]], tuple]:
+    """A step's key of an event's fields: its fields' values, or its expressions' (a list or an
+    object, which no key holds, is null)."""
+    if all(isinstance(k, ast.FieldRef) and k.qualifier is None for k in keys):
+        names = tuple(k.name for k in keys)  # type: ignore[attr-defined]
+        if len(names) == 1:
+            name = names[0]
+            return lambda fields: (fields.get(name),)
+        return lambda fields: tuple(fields.get(n) for n in names)
+    fns = tuple(expressions.compile_expr(k, scope) for k in keys)
+
+    def values(fields: Mapping[str, Any]) -> tuple:
+        return tuple(_single(fn(fields)) for fn in fns)
+
+    return values
+
+
+def _single(value: Any) -> Any:
+    return None if isinstance(value, list | dict) else value
 
 
 def compile_rule(
@@ -616,7 +639,7 @@ def compile_rule(
                 f"rule {rule.name}: having: {getattr(exc, 'message', exc)}",
                 getattr(exc, "span", None) or rule.span,
             ) from exc
-    key_fields, key_names, var_keys = _key_layout(rule, rule_streams)
+    key_fields, key_names, var_keys, var_key_values = _key_layout(rule, rule_streams, scope)
     prev_depth = max((c.prev_depth for c in conds), default=0)
     needs_every = rule.contiguity == "strict" or prev_depth > 0 or bool(builder.guards)
     skip_var = var_index[rule.skip.var] if rule.skip.kind in ("to_first", "to_last") else None
@@ -646,6 +669,7 @@ def compile_rule(
         key_fields=key_fields,
         key_names=key_names,
         var_keys=var_keys,
+        var_key_values=var_key_values,
         within_ms=within,
         needs_every_event=needs_every,
         contiguity=rule.contiguity,

@@ -260,16 +260,6 @@ class RuleProcessor(KeyedProcessorBase):
         return self._keys_of is not None
 
     @property
-    def route_fields(self) -> dict[str, tuple[str, ...]]:
-        """Per stream, the fields to split events on before :meth:`keys_of` (the Spark
-        operator's routing): the whole key, or with steps that have their own ``by`` only the
-        rules' own ``by`` (empty: all events of the stream together), since an event's keys
-        then differ in their last fields."""
-        if self._keys_of is None:
-            return self.key_fields
-        return dict(self.rules[0].shared_key_fields)
-
-    @property
     def must_see(self) -> tuple[bool, ...]:
         """Per rule, whether it must be shown events whose columnar mask is 0
         (:func:`must_see_every_event`)."""

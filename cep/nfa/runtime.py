@@ -146,11 +146,10 @@ class _Evaluator:
         if cond.stream is not None and event.stream != cond.stream:
             return False
         if self.keyed:
-            names = self.rule.var_keys.get(self.rule.variables[var])
-            if names is not None:
-                width = len(names)
-                own = tuple(event.fields.get(f) for f in names)
-                if own != tuple(self.state.key[-width:]):
+            values = self.rule.var_key_values.get(self.rule.variables[var])
+            if values is not None:
+                own = values(event.fields)
+                if own != tuple(self.state.key[-len(own):]):
                     return False
         if cond.predicate is None:
             return True

@@ -11,6 +11,9 @@ from query_lang import types as T
 from query_lang.checks.context import ProgramContext, union_fields
 from query_lang.checks.expressions import ExpressionScope, PatternVariable
 from query_lang.errors import VigilNameError, VigilTypeError, VigilValueError
+from query_lang.functions import METRIC_AGGREGATES, PATTERN_AGGREGATES
+
+_AGGREGATES = PATTERN_AGGREGATES | METRIC_AGGREGATES
 
 
 def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
@@ -59,19 +62,7 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
         if d.keys:
             key_sizes.add(len(d.keys))
             for k in d.keys:
-                if k not in var_fields:
-                    ctx.error(
-                        VigilNameError,
-                        f"key field '{k}' of variable '{d.var}' is not a field of its stream",
-                        d,
-                    )
-                elif var_fields[k] in T.UNKEYED_FIELD_TYPES:
-                    ctx.error(
-                        VigilTypeError,
-                        f"key field '{k}' of variable '{d.var}' is {T.describe(var_fields[k])}; "
-                        "a key holds single values",
-                        d,
-                    )
+                _check_step_key(ctx, d, k, var_fields, stream_fields, variables, lists)
     if len(key_sizes) > 1:
         ctx.error(
             VigilValueError,
@@ -105,6 +96,57 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
         if r.unique.within is not None and r.unique.within.ms <= 0:
             ctx.error(VigilValueError, "unique ... for must be longer than zero", r.unique.within)
     ctx.check_notify(r)
+
+
+def _check_step_key(
+    ctx: ProgramContext,
+    d: ast.Define,
+    key: ast.Expr,
+    var_fields: dict[str, str],
+    stream_fields: dict[str, dict[str, str]],
+    variables: dict,
+    lists: frozenset[str],
+) -> None:
+    """A step's key: a field of the event the step binds, or an expression of its fields
+    (computed when the event arrives, before any match exists: nothing else can be read)."""
+    if isinstance(key, ast.FieldRef) and key.qualifier is None:
+        if key.name not in var_fields:
+            ctx.error(
+                VigilNameError,
+                f"key field '{key.name}' of variable '{d.var}' is not a field of its stream", d,
+            )
+            return
+        t = var_fields[key.name]
+        what = f"key field '{key.name}'"
+    else:
+        for node in ast.walk(key):
+            reads = (
+                "prev()" if isinstance(node, ast.Prev)
+                else "lookup()" if isinstance(node, ast.Lookup)
+                else f"{node.func}()"
+                if isinstance(node, ast.Call) and node.func in _AGGREGATES
+                else f"variable '{node.var}'" if isinstance(node, ast.VarField)
+                else f"variable '{node.qualifier}'"
+                if isinstance(node, ast.FieldRef) and node.qualifier in variables
+                else None
+            )
+            if reads is not None:
+                ctx.error(
+                    VigilValueError,
+                    f"the key of variable '{d.var}' reads {reads}; a step's key is computed "
+                    "from the fields of the event it binds alone",
+                    key,
+                )
+                return
+        scope = ExpressionScope("step key", var_fields, stream_fields, {}, lists, {})
+        t = ctx.types.expr_type(key, scope)
+        what = f"key '{ast.print_expr(key)}'"
+    if t in T.UNKEYED_FIELD_TYPES or t == T.JSON or t.startswith("list"):
+        ctx.error(
+            VigilTypeError,
+            f"{what} of variable '{d.var}' is {T.describe(t)}; a key holds single values",
+            key if not isinstance(key, ast.FieldRef) else d,
+        )
 
 
 def _check_rule_key(ctx: ProgramContext, r, streams, stream_fields) -> None:

@@ -301,10 +301,10 @@ class DeclarationRules(NodeBuilder):
         return (first.name, second)
 
     def keys_one(self, meta, children):
-        return (str(children[0]),)
+        return (children[0],)
 
     def keys_many(self, meta, children):
-        return tuple(str(c) for c in children)
+        return tuple(children)
 
     def within_clause(self, meta, children):
         return ("within", self._duration(children[0]), meta)

@@ -64,3 +64,51 @@ def test_keys_named_differently_per_stream():
     out = process_event(rule, state, Event("o", "orders", 1, 0, {"id": "A", "ts": 1}))
     out += process_event(rule, state, Event("p", "payments", 2, 1, {"order_id": "A", "ts": 2}))
     assert [(m.key, m.events) for m in out] == [({"id": "A"}, {"o": ["o"], "p": ["p"]})]
+
+
+
+EXPRESSION_KEYS = """
+stream proc (host string, pid int, ppid int, name string, user string, ts timestamp) time ts
+rule doubled from proc by host
+  pattern parent child
+  define parent as name == "bash" by pid * 2,
+         child  as name == "ps" by (ppid * 2)
+rule plain from proc by host
+  pattern parent child
+  define parent as name == "bash" by pid,
+         child  as name == "ps" by ppid
+rule same_user from proc
+  pattern a b
+  define a as name == "login" by lower(user),
+         b as name == "sudo" by lower(user)
+"""
+
+
+def test_step_keys_that_are_expressions():
+    """A step's key may be an expression of its event's fields: ``by pid * 2`` joins as
+    ``by pid`` does, its value named by its text; ``lower(user)`` joins users ignoring case.
+    """
+    from cep.engine import Engine
+
+    rows = [
+        {"host": "h", "pid": 10, "ppid": 1, "name": "bash", "user": "Ann", "ts": 1},
+        {"host": "h", "pid": 11, "ppid": 99, "name": "ps", "user": "x", "ts": 2},
+        {"host": "h", "pid": 12, "ppid": 10, "name": "ps", "user": "x", "ts": 3},
+        {"host": "h", "pid": 13, "ppid": 1, "name": "login", "user": "Ann", "ts": 4},
+        {"host": "g", "pid": 14, "ppid": 1, "name": "sudo", "user": "bob", "ts": 5},
+        {"host": "g", "pid": 15, "ppid": 1, "name": "sudo", "user": "ANN", "ts": 6},
+    ]
+    engine = Engine()
+    engine.register(EXPRESSION_KEYS)
+    for i, row in enumerate(rows):
+        engine.feed({"stream": "proc", "_seq": i, **row})
+    engine.close()
+    found = sorted((m["name"], m["key"], m["events"]) for m in engine.drain())
+    assert found == [
+        ("doubled", {"host": "h", "pid * 2": 20}, {"parent": [0], "child": [2]}),
+        ("plain", {"host": "h", "pid": 10}, {"parent": [0], "child": [2]}),
+        ("same_user", {"lower(user)": "ann"}, {"a": [3], "b": [5]}),
+    ]
+    rule = compiled(EXPRESSION_KEYS)
+    assert rule.key_fields == {"proc": ("host",)}
+    assert rule.keys_of("proc", rows[2]) == [("h", 24), ("h", 20)]

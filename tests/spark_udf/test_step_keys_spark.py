@@ -1,7 +1,8 @@
 """Rules whose steps have their own ``by`` (EQL's per-step join keys) on Spark: an event
 belongs to several keys (a process is a parent under its pid, a child under its parent's), so
 rows are routed by the rule's own ``by`` alone and each bucket splits them by their keys.
-Routed by the whole key, a child never reached its parent's key: no match, silently."""
+Routed by the whole key, a child never reached its parent's key: no match, silently. A step's
+key may be an expression of its event's fields (``by pid * 2``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ rule shell_spawns_ps from proc by host
   pattern parent child
   define parent as name == "bash" by pid,
          child  as name == "ps" by ppid
+  within 30s
+
+rule doubled_key from proc by host
+  pattern parent child
+  define parent as name == "sh" by pid * 2,
+         child  as name == "ls" by ppid * 2
   within 30s
 
 rule any_host_child from proc
@@ -54,7 +61,7 @@ def test_run_spark_equals_the_embedded_engine(spark, tmp_path) -> None:
     engine, got, dead = run_both(spark, tmp_path, PROGRAM, _processes(400))
     expected = engine.drain()
     by_rule = Counter(m["name"] for m in expected)
-    assert by_rule["shell_spawns_ps"] > 5 and by_rule["any_host_child"] > 5
+    assert min(by_rule[r] for r in ("shell_spawns_ps", "doubled_key", "any_host_child")) > 5
     assert ids(got) == ids(expected)
     assert sorted(json.dumps(m, sort_keys=True) for m in got) == sorted(
         json.dumps(m, sort_keys=True) for m in expected
@@ -69,6 +76,7 @@ def test_rows_route_by_the_rules_own_by_alone() -> None:
     specs, _ = processor_specs(PROGRAM)
     routed = {spec.rules: spec.key_cols for spec in specs}
     assert routed == {("shell_spawns_ps",): {"proc": ("host",)},
+                      ("doubled_key",): {"proc": ("host",)},
                       ("any_host_child",): {"proc": ()}}
 
 
@@ -87,6 +95,7 @@ def test_static_detect_equals_the_embedded_engine(spark, tmp_path) -> None:
     # Each processor reports a bad row; the sinks keep one row per dead letter's id.
     dead = {r["match_id"] for r in got if r["kind"] == "dead_letter"}
     assert len(dead) == len(engine.drain_dead_letters()) == 2
+    assert {r["name"] for r in got if r["kind"] == "rule"} >= {"shell_spawns_ps", "doubled_key"}
     assert Counter(r["match_id"] for r in got if r["kind"] == "rule") == Counter(
         m["match_id"] for m in expected
     )

@@ -719,7 +719,8 @@ class ExpressionWriter:
             return _Value(f"substring({', '.join([text, *bounds])})", "string")
         if name == "between" and len(args) in (3, 4):
             return self._between(node)
-        if name == "concat" and args:
+        if name == "concat" and args or name == "string" and len(args) == 1:
+            # EQL's string(x) is the text concat(x) writes (booleans as true/false).
             return self._concat(node)
         if name == "safe" and len(args) == 1:
             # Vigil never raises while evaluating: what would fail in EQL is already null.
@@ -789,6 +790,12 @@ class ExpressionWriter:
             if value.type not in ("string", "int", "float", "bool", _NUMBER):
                 raise self.parsed.error(arg, f"`{arg.render()}` is {value.type}, not a value "
                                         "concat writes", construct="concat type")
+            if value.type == "int" and "/" in value.text:
+                # Only an integer division writes `/` into an int's text (a field's name
+                # cannot hold one): EQL's quotient is an int, Vigil's division a float.
+                raise self.parsed.error(arg, f"`{arg.render()}` divides integers, which EQL "
+                                        "writes as an integer and Vigil as a float",
+                                        construct="text of an integer division")
             parts.append(value.text)
         return _Value(f"concat({', '.join(parts)})", "string")
 

@@ -50,7 +50,7 @@ class Step:
 
     query: Any  # eql EventQuery
     streams: list[str]
-    keys: list[str]
+    keys: list[Any]  # eql join values: fields, or expressions of the step's event
     role: str = "step"  # "step", "until", "missing"
     node: Any = None
 
@@ -142,15 +142,30 @@ def streams_of_query(parsed: ParsedQuery, query: Any, streams_of: Callable[[str]
 
 
 def _step(parsed: ParsedQuery, sub: Any, role: str, streams_of) -> Step:
-    keys = []
-    for value in sub.join_values:
-        if not isinstance(value, eql_ast.Field):
-            raise parsed.error(
-                value, f"join key `{value.render()}` is an expression; Vigil joins on fields",
-                construct="join key expression",
-            )
-        keys.append(field_name(parsed, value))
-    return Step(sub.query, streams_of_query(parsed, sub.query, streams_of), keys, role, sub)
+    return Step(sub.query, streams_of_query(parsed, sub.query, streams_of),
+                list(sub.join_values), role, sub)
+
+
+_NULL_KEY = None  # a join key that is null for every event (EQL joins nulls as equal)
+
+
+def _key_text(parsed: ParsedQuery, writer: ExpressionWriter, node: Any, folds: bool
+              ) -> str | None:
+    """A join key as a Vigil step key: a field, or an expression of the event's fields (a
+    string folded to lower case when the dialect compares keys ignoring case, as the
+    package's engine does); :data:`_NULL_KEY` for EQL's ``length()`` of a number, null for
+    every event."""
+    args = getattr(node, "arguments", ())
+    if isinstance(node, eql_ast.FunctionCall) and node.name == "length" and len(args) == 1 \
+            and not isinstance(args[0], eql_ast.String) \
+            and writer.value(args[0]).type in ("int", "float", "number", "bool"):
+        return _NULL_KEY
+    value = writer.value(node)
+    if isinstance(node, eql_ast.Field) and value.type != "json":
+        text = field_name(parsed, node)
+    else:
+        text = value.text
+    return f"lower({text})" if folds and value.type == "string" else text
 
 
 def write_rule(
@@ -238,24 +253,37 @@ def _sequence_lines(parsed, steps, maxspan, types, condition_of, fields, folds_k
     if ordered[-1].role == "missing" and maxspan is None:
         raise parsed.error(ordered[-1].node, "a missing event `![...]` at the end of a sequence "
                            "needs `with maxspan=`", construct="trailing missing event")
-    # Key positions every step joins on with the same field become the rule's `by`.
-    width = len(ordered[0].keys)
-    shared = [i for i in range(width)
-              if len({s.keys[i] for s in steps}) == 1]
-    rule_by = [ordered[0].keys[i] for i in shared]
+    # Each step's join keys in Vigil; positions null for every event in every step join
+    # nothing apart and are left out.
+    texts: dict[int, list[str | None]] = {}
     for step in steps:
+        writer = ExpressionWriter(parsed, lambda _node: False,
+                                  lambda name, step=step: types.of(step.streams[0], name))
+        texts[id(step)] = [_key_text(parsed, writer, k, folds_keys) for k in step.keys]
         for s in step.streams:
-            fields[s] |= set(step.keys)
-        for key in step.keys:
-            if folds_keys and types.of(step.streams[0], key) == "string":
-                raise parsed.error(
-                    step.node, f"join key `{key}` is a string, which this dialect compares "
-                    "ignoring case; Vigil keys are exact (import with --case-sensitive)",
-                    construct="case-insensitive join key",
-                )
+            fields[s] |= writer.fields_read
+    width = len(ordered[0].keys)
+    kept = []
+    for i in range(width):
+        column = [texts[id(s)][i] for s in steps]
+        if all(t is _NULL_KEY for t in column):
+            continue
+        if any(t is _NULL_KEY for t in column):
+            step = next(s for s in steps if texts[id(s)][i] is _NULL_KEY)
+            raise parsed.error(step.keys[i], f"join key `{step.keys[i].render()}` is null for "
+                               "every event, and another step's key in its place is not",
+                               construct="null join key")
+        kept.append(i)
+    for step in steps:
+        texts[id(step)] = [texts[id(step)][i] for i in kept]
+    # Key positions every step joins on with the same field become the rule's `by`.
+    shared = [i for i in range(len(kept))
+              if len({texts[id(s)][i] for s in steps}) == 1
+              and texts[id(ordered[0])][i].isidentifier()]
+    rule_by = [texts[id(ordered[0])][i] for i in shared]
 
     def own_keys(step: Step) -> str:
-        own = [k for i, k in enumerate(step.keys) if i not in shared]
+        own = [k for i, k in enumerate(texts[id(step)]) if i not in shared]
         if not own:
             return ""
         return f" by {own[0]}" if len(own) == 1 else f" by ({', '.join(own)})"
@@ -274,8 +302,8 @@ def _sequence_lines(parsed, steps, maxspan, types, condition_of, fields, folds_k
                 set(until.streams) & set(step.streams):
             # EQL closes a key's pending sequences before the event can complete them.
             guard = until_cond.true
-            same_key = [f"{a} == {b}" for a, b in zip(until.keys, step.keys, strict=True)
-                        if a != b]
+            same_key = [f"{a} == {b}" for a, b in zip(texts[id(until)], texts[id(step)],
+                                                      strict=True) if a != b]
             blocked = join_terms(" and ", [guard, *same_key])
             true = join_terms(" and ", [true, f"not ({blocked})" if blocked != "false" else "true"])
         stream = step.streams[0] if len(step.streams) == 1 and len(fields) > 1 else None

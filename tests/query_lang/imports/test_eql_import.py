@@ -158,6 +158,38 @@ def test_per_step_join_keys_follow_a_process_to_its_child():
         == [[0, 1]]
 
 
+def test_join_keys_that_are_expressions_become_step_keys():
+    events = [P(pid=10, name="cmd"), {"stream": "network", "pid": 11, "ppid": 20},
+              {"stream": "network", "pid": 12, "ppid": 10},
+              {"stream": "network", "pid": 13, "ppid": 5}]
+    options = EqlOptions(id_field="id", schema={"*": {"id": "int", "pid": "int", "ppid": "int"}})
+    query = ('sequence [process where name == "cmd"] by pid * 2, string(pid) '
+             '[network where true] by ppid, string(ppid - 10)')
+    result = import_eql([EqlSource("q.eql", query)], options)
+    assert "by (pid * 2, concat(pid))" in result.text
+    assert run(query, events, options) == [[0, 1]]
+    # EQL writes an integer quotient as an integer, Vigil's division gives a float.
+    refused = refusal(query.replace("ppid - 10", "ppid / 2"), options)
+    assert refused.construct == "text of an integer division"
+    assert run('sequence [process where true] by pid * 2 [network where true] by ppid',
+               events, options) == [[0, 1]]
+    # EQL's length() of a number is null for every event, and joins nulls: the position joins
+    # nothing apart and is left out.
+    assert run('sequence [process where true] by pid, length(pid) '
+               '[network where true] by ppid, length(ppid)', events, options) == [[0, 2]]
+
+
+def test_classic_string_join_keys_are_compared_ignoring_case():
+    events = [P(user="Alice", t="a"), P(user="ALICE", t="b"), P(user="bob", t="b")]
+    options = EqlOptions(id_field="id", dialect="classic",
+                         schema={"*": {"id": "int", "user": "string", "t": "string"}})
+    query = 'sequence by user [process where t == "a"] [process where t == "b"]'
+    assert "by lower(user)" in import_eql([EqlSource("q.eql", query)], options).text
+    assert run(query, events, options) == [[0, 1]]
+    assert run(query, events, EqlOptions(id_field="id", dialect="classic", case_sensitive=True,
+                                         schema=options.schema)) == []
+
+
 def test_a_sequence_filter_drops_the_completed_sequence_it_rejects():
     events = [P(k=1, t="a", v=0), P(k=1, t="b", v=1), P(k=1, t="b", v=2),
               P(k=2, t="a", v=0), P(k=2, t="b", v=2)]
@@ -202,8 +234,7 @@ def test_json_arrays_of_records_are_searched():
         ("process where a[0] == \"x\"", "array index", 15),
         ("sequence with maxspan=1m ![process where a == 1] [process where true]",
          "leading missing event", 26),
-        ("sequence [process where true] by pid * 2 [file where true] by pid", "join key expression",
-         34),
+        ("sequence [process where true] by pid [file where true] fork=true by pid", "fork", 39),
         ("process where descendant of [process where true]", "descendant of", 15),
         ("process where true | unique_count a", "pipe unique_count", 22),
         ("sequence [process where true] [file where true] | unique a", "pipe unique", 51),
