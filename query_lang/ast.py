@@ -740,6 +740,10 @@ class RuleDecl(Node):
     description: str | None = None
     by: tuple[KeyPart, ...] = ()
     contiguity: TypingLiteral["relaxed", "strict", "any"] = "relaxed"
+    #: ``contiguity any for v, w``: relaxed, except that a partial match which takes an event
+    #: as one of these variables also stays as it was (Flink's ``followedByAny`` into them,
+    #: EQL's ``fork``); ``contiguity`` is then ``relaxed``.
+    any_for: tuple[str, ...] = ()
     partials: TypingLiteral["all", "latest"] = "all"
     defines: tuple[Define, ...] = ()
     within: Duration | None = None

@@ -199,7 +199,9 @@ def _rule(r: ast.RuleDecl, keep: set[str]) -> list[_Line]:
     if r.by:
         lines.append(_clause("by", "by " + ", ".join(_key_part(k) for k in r.by)))
     lines.append(_clause("pattern", f"pattern {print_pattern(r.pattern)}"))
-    if r.contiguity != "relaxed" or "contiguity" in keep:
+    if r.any_for:
+        lines.append(_clause("contiguity", f"contiguity any for {', '.join(r.any_for)}"))
+    elif r.contiguity != "relaxed" or "contiguity" in keep:
         lines.append(_clause("contiguity", f"contiguity {r.contiguity}"))
     if r.partials != "all" or "partials" in keep:
         lines.append(_clause("partials", f"partials {r.partials}"))

@@ -205,6 +205,9 @@ class CompiledRule:
     #: Stream -> its declared field names: what names an event in a ``match_id``
     #: (:func:`cep.events.identity.event_digest`); ``None``: compiled without declarations.
     identity_fields: Mapping[str, tuple[str, ...]] | None = None
+    #: ``contiguity any for v``: indexes of the variables a partial match may take an event as
+    #: and also stay as it was (relaxed otherwise).
+    any_vars: frozenset[int] = frozenset()
     #: ``unique``: the expressions whose values a reported match must not share with an
     #: earlier match of its key (``fn(fields, ctx)`` as ``emit``), and for how long (ms of
     #: event time; ``None``: for ever). ``None``: every match is reported.
@@ -658,6 +661,7 @@ def compile_rule(
                 [[(i.letter, sorted(i.guards)) for i in items] for items in (start, *after)],
                 rule.contiguity,
                 within,
+                *([sorted(rule.any_for)] if rule.any_for else []),
             ]
         ).encode()
     ).digest()[:8]
@@ -670,6 +674,7 @@ def compile_rule(
         key_names=key_names,
         var_keys=var_keys,
         var_key_values=var_key_values,
+        any_vars=frozenset(var_index[v] for v in rule.any_for if v in var_index),
         within_ms=within,
         needs_every_event=needs_every,
         contiguity=rule.contiguity,

@@ -59,7 +59,10 @@ def describe(rule: CompiledRule) -> str:
     """
     window = f"within {rule.within_ms} ms" if rule.within_ms is not None else "no window"
     lines = [
-        f"rule {rule.name} (version {rule.version}): contiguity {rule.contiguity}, partials "
+        f"rule {rule.name} (version {rule.version}): contiguity {rule.contiguity}"
+        + ("" if not rule.any_vars else " (any for "
+           + ", ".join(rule.variables[i] for i in sorted(rule.any_vars)) + ")")
+        + ", partials "
         f"{rule.partials}, skip {rule.skip}, {window}"
         + ("" if rule.unique is None else
            f", unique over {len(rule.unique)} value(s)"

@@ -419,7 +419,9 @@ def _step(
             members = ev.fitting(var, cohort)
             if members is not None and not members:
                 continue
-        took.append(members)
+        if var not in rule.any_vars:
+            # (Under `contiguity any for v`, taking the event as v leaves the member as well.)
+            took.append(members)
         if len(options) == 1:
             letter, guards = options[0]
             if not guards & blocked:

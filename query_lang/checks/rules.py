@@ -25,6 +25,14 @@ def check_rule(ctx: ProgramContext, r: ast.RuleDecl) -> None:
     quantified = _quantified_vars(r.pattern)
     _check_pattern_shape(ctx, r)
 
+    bound = _bound_vars(r.pattern)
+    for name in r.any_for:
+        if name not in bound:
+            ctx.error(
+                VigilNameError,
+                f"'contiguity any for {name}': '{name}' is not a variable the pattern binds "
+                "events to", r,
+            )
     defines: dict[str, ast.Define] = {}
     for d in r.defines:
         if d.var in defines:

@@ -210,7 +210,9 @@ class DeclarationRules(NodeBuilder):
         defines = tuple(
             self._resolve_define_stream(d, streams) for d in fields.pop("define", ())
         )
-        contiguity = fields.pop("contiguity", "relaxed")
+        contiguity, any_for = fields.pop("contiguity", ("relaxed", ()))
+        if any_for:
+            contiguity = "relaxed"
         partials = fields.pop("partials", "all")
         self._lay_out(meta, [name, description], self._clause_lines(clauses))
         return ast.RuleDecl(
@@ -220,6 +222,7 @@ class DeclarationRules(NodeBuilder):
             pattern=fields.pop("pattern"),
             by=fields.pop("by", ()),
             contiguity=contiguity,
+            any_for=any_for,
             partials=partials,
             defines=defines,
             within=fields.pop("within", None),
@@ -270,7 +273,19 @@ class DeclarationRules(NodeBuilder):
             raise self._error(
                 VigilSyntaxError, "expected a contiguity: relaxed, strict or any", children[0]
             )
-        return ("contiguity", value, meta)
+        names = children[1] if len(children) > 1 else None
+        if names is not None and value != "any":
+            raise self._error(
+                VigilSyntaxError,
+                f"'contiguity {value} for ...': only `any` applies to some variables "
+                "(`contiguity any for v`: relaxed, but an event v takes leaves the partial "
+                "match it extends waiting as well)",
+                children[0],
+            )
+        return ("contiguity", (value, tuple(names or ())), meta)
+
+    def contiguity_for(self, meta, children):
+        return [str(c) for c in children]
 
     def partials_clause(self, meta, children):
         value = str(children[0]).lower()

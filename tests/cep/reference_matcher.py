@@ -191,6 +191,9 @@ class ReferenceMatcher:
     pattern: Any
     conditions: Mapping[str, Predicate]
     contiguity: str = "relaxed"
+    #: ``contiguity any for v``: under relaxed, an event fitting a transition into one of these
+    #: variables may be skipped (the partial match that takes it stays as well).
+    any_for: frozenset[str] = frozenset()
     skip: str = "past_last"
     skip_var: str | None = None
     within_ms: int | None = None
@@ -334,7 +337,7 @@ class ReferenceMatcher:
     def _fits_viable(self, stream, j, binds, word) -> bool:
         return any(
             viable(self.pattern, word + [v]) and self.fits(stream, v, j, binds)
-            for v in self.variables
+            for v in self.variables if variable_of(v) not in self.any_for
         )
 
     def _outcomes(self, stream, binds) -> set[str]:

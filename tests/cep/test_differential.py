@@ -178,7 +178,11 @@ def scenario(draw):
         t = draw(st.sampled_from(TYPES))
         w = draw(st.sampled_from(used))
         conds[v] = (f"{v}: " + desc.format(t=t, w=w), factory(t, w), reads, prev)
-    contiguity = draw(st.sampled_from(["relaxed", "strict", "any"]))
+    contiguity = draw(st.sampled_from(["relaxed", "strict", "any", "any for"]))
+    if contiguity == "any for":
+        # relaxed, but taking an event as one of these leaves the partial match as well
+        chosen = draw(st.lists(st.sampled_from(used), min_size=1, unique=True))
+        contiguity = "any for " + ",".join(sorted(chosen))
     skip = draw(st.sampled_from(["past_last", "to_next", "to_first", "to_last", "no_skip"]))
     skip_var = draw(st.sampled_from(used)) if skip in ("to_first", "to_last") else None
     within = draw(st.sampled_from([None, 3, 6])) if not trailing else draw(st.sampled_from([2, 5]))
@@ -215,12 +219,21 @@ def _conditions(conds):
     return {v: _self_aware(fn, v) for v, (_, fn, _, _) in conds.items()}
 
 
+def _contiguity(contiguity: str) -> tuple[str, tuple[str, ...]]:
+    """``"any for a,b"`` -> ``("relaxed", ("a", "b"))``; a plain contiguity -> ``(it, ())``."""
+    if contiguity.startswith("any for "):
+        return "relaxed", tuple(contiguity[len("any for "):].split(","))
+    return contiguity, ()
+
+
 def _runtime(pattern, conds, contiguity, skip, skip_var, within, stream, splits):
+    contiguity, any_for = _contiguity(contiguity)
     decl = ast.RuleDecl(
         name="r",
         streams=("s",),
         pattern=pattern,
         contiguity=contiguity,
+        any_for=any_for,
         within=ast.Duration(within) if within is not None else None,
         skip=ast.SkipStrategy(skip, skip_var),
     )
@@ -246,9 +259,10 @@ def _runtime(pattern, conds, contiguity, skip, skip_var, within, stream, splits)
 
 
 def _reference(pattern, conds, contiguity, skip, skip_var, within, stream):
+    contiguity, any_for = _contiguity(contiguity)
     ref = ReferenceMatcher(
-        pattern, _conditions(conds), contiguity=contiguity, skip=skip, skip_var=skip_var,
-        within_ms=within,
+        pattern, _conditions(conds), contiguity=contiguity, any_for=frozenset(any_for),
+        skip=skip, skip_var=skip_var, within_ms=within,
     )
     evs = [RefEvent(i, ts, {"type": t, "v": v, "ts": ts}) for i, (t, v, ts) in enumerate(stream)]
     return [(m.events, m.start_ms, m.end_ms) for m in ref.run(evs)]

@@ -34,6 +34,7 @@ rule doubled_key from proc by host
 
 rule any_host_child from proc
   pattern parent child+
+  contiguity any for child
   define parent as name == "ls" by pid,
          child  as name != "ls" by ppid
   within 20s

@@ -53,6 +53,8 @@ class Step:
     keys: list[Any]  # eql join values: fields, or expressions of the step's event
     role: str = "step"  # "step", "until", "missing"
     node: Any = None
+    #: ``fork=true``: the pending sequence this step extends stays pending as well
+    fork: bool = False
 
 
 @dataclass
@@ -113,9 +115,13 @@ def query_steps(
         steps = []
         for sub in first.queries:
             role = "missing" if sub.data.get("is_negated") else "step"
-            if sub.data.get("fork"):
-                raise parsed.error(sub, "`fork` has no Vigil equivalent", construct="fork")
+            fork = bool(sub.data.get("fork"))
+            if fork and role == "missing":
+                raise parsed.error(sub, "`fork` on a missing event has no Vigil equivalent",
+                                   construct="fork of a missing event")
             steps.append(_step(parsed, sub, role, streams_of))
+            # The first step starts sequences; only a later one extends (and keeps) one.
+            steps[-1].fork = fork and len(steps) > 1
         if first.close is not None:
             steps.append(_step(parsed, first.close, "until", streams_of))
         maxspan = None
@@ -322,6 +328,9 @@ def _sequence_lines(parsed, steps, maxspan, types, condition_of, fields, folds_k
     if rule_by:
         lines.append(f"  by {', '.join(rule_by)}")
     lines.append(f"  pattern {' '.join(pattern)}")
+    forks = [name for name, step in zip(names, ordered, strict=True) if step.fork]
+    if forks:
+        lines.append(f"  contiguity any for {', '.join(forks)}")
     lines.append("  partials latest")
     lines.append("  define " + ",\n         ".join(defines))
     if maxspan is not None:

@@ -179,6 +179,18 @@ def test_join_keys_that_are_expressions_become_step_keys():
                '[network where true] by ppid, length(ppid)', events, options) == [[0, 2]]
 
 
+def test_fork_keeps_the_extended_sequence_pending():
+    events = [P(k=1, t=t) for t in "abbccabbc"]
+    query = 'sequence by k [process where t == "a"] [process where t == "b"] {} ' \
+            '[process where t == "c"] {}'
+    # what the eql package's engine returns for these events
+    assert run(query.format("", ""), events) == [[0, 1, 3], [5, 6, 8]]
+    assert run(query.format("fork=true", ""), events) == [[0, 2, 3], [5, 7, 8]]
+    assert run(query.format("", "fork=true"), events) == [[0, 1, 3], [0, 1, 4], [5, 6, 8]]
+    text = import_eql([EqlSource("q.eql", query.format("fork=true", ""))], OPTIONS).text
+    assert "contiguity any for s2" in text
+
+
 def test_classic_string_join_keys_are_compared_ignoring_case():
     events = [P(user="Alice", t="a"), P(user="ALICE", t="b"), P(user="bob", t="b")]
     options = EqlOptions(id_field="id", dialect="classic",
@@ -234,7 +246,8 @@ def test_json_arrays_of_records_are_searched():
         ("process where a[0] == \"x\"", "array index", 15),
         ("sequence with maxspan=1m ![process where a == 1] [process where true]",
          "leading missing event", 26),
-        ("sequence [process where true] by pid [file where true] fork=true by pid", "fork", 39),
+        ("sequence with maxspan=1m [process where true] ![file where true] fork=true "
+         "[file where true]", "fork of a missing event", 47),
         ("process where descendant of [process where true]", "descendant of", 15),
         ("process where true | unique_count a", "pipe unique_count", 22),
         ("sequence [process where true] [file where true] | unique a", "pipe unique", 51),
