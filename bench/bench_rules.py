@@ -16,6 +16,8 @@ costs less than running it alone::
     .venv/bin/python bench/bench_rules.py --events 200000 --rules 10,100 --index none
     .venv/bin/python bench/bench_rules.py --events 1000000 --rules 10,100,1000,10000 \\
         --markdown bench/results/rules.md
+    .venv/bin/python bench/bench_rules.py --events 50000 --eql 10,100      # the eql peer
+    .venv/bin/python bench/bench_rules.py --events 50000 --spark 100,1000  # Spark local[2]
 
 Issue #23's goal is a cost per event that follows what an event can advance, not what is
 registered; the 1-rule and N-rule rows of the table show how far that holds.
@@ -56,6 +58,15 @@ RARE_KINDS = ("order", "payment", "login", "reset", "logout")
 
 def rule_text(i: int, rng: random.Random) -> str:
     """Rule ``i`` of the mix (shape by ``i``, parameters by ``rng``)."""
+    return rule_pair(i, rng)[0]
+
+
+def rule_pair(i: int, rng: random.Random) -> tuple[str, str | None]:
+    """Rule ``i`` of the mix in Vigil, and the closest EQL query the ``eql`` package's engine
+    runs (``None`` for the strict ``prev`` shape, which EQL cannot say). EQL has no
+    ``probe{k,}`` (k probe steps say exactly k), no ``last(probe).merchant`` and no absence
+    that fires when a window closes, so the EQL threshold and absence are approximations of
+    the same cost: the peer's figure is a throughput, not a match-for-match reference."""
     shape = SHAPES[i % len(SHAPES)]
     window = rng.choice(["1m", "2m", "5m", "10m", "30m"])
     if shape == "threshold":
@@ -64,30 +75,41 @@ def rule_text(i: int, rng: random.Random) -> str:
         return (f"rule r{i} from ev by key pattern probe{{{probes},}} big\n"
                 f"  define probe as amount < {low},\n"
                 f"         big as amount > {high} and merchant != last(probe).merchant\n"
-                f"  within {window}\n")
+                f"  within {window}\n",
+                f"sequence by key with maxspan={window}\n"
+                + f"  [ev where amount < {low}]\n" * probes
+                + f"  [ev where amount > {high}]")
     if shape == "sequence":
         a, b, c = (rng.choice(RARE_KINDS) for _ in range(3))
         above = rng.choice([50, 100, 200, 400])
         return (f"rule r{i} from ev by key pattern a b c\n"
                 f'  define a as kind == "{a}" and amount > {above}, b as kind == "{b}",\n'
                 f'         c as kind == "{c}"\n'
-                f"  within {window}\n")
+                f"  within {window}\n",
+                f"sequence by key with maxspan={window}\n"
+                f'  [ev where kind == "{a}" and amount > {above}]\n'
+                f'  [ev where kind == "{b}"] [ev where kind == "{c}"]')
     if shape == "absence":
         above = rng.choice([800, 1500, 3000, 5000])
         return (f"rule r{i} from ev by key pattern placed !paid\n"
                 f'  define placed as kind == "order" and amount > {above},\n'
                 f'         paid as kind == "payment"\n'
-                f"  within {window}\n")
+                f"  within {window}\n",
+                f"sequence by key with maxspan={window}\n"
+                f'  [ev where kind == "order" and amount > {above}]\n'
+                f'  ![ev where kind == "payment"]')
     if shape == "join":
         level, above = rng.randint(7, 9), rng.choice([300, 600, 1000])
         return (f"rule r{i} from flags, ev by key pattern f e\n"
                 f"  define f as flags where level >= {level},\n"
                 f"         e as ev where amount > {above}\n"
-                f"  within {window}\n")
+                f"  within {window}\n",
+                f"sequence by key with maxspan={window}\n"
+                f"  [flags where level >= {level}] [ev where amount > {above}]")
     rise = rng.choice([3, 4, 5])
     above = rng.choice([200, 400, 800])
     return (f"rule r{i} from ev by key pattern a b contiguity strict\n"
-            f"  define a as amount > {above}, b as price > prev(price) + {rise}\n")
+            f"  define a as amount > {above}, b as price > prev(price) + {rise}\n", None)
 
 
 def program(n: int, seed: int = 23) -> str:
@@ -183,6 +205,97 @@ def _memory(text: str, frame: pd.DataFrame, batch: int, index: str) -> tuple[int
         tracemalloc.stop()
 
 
+def run_eql(queries: list[str], frame: pd.DataFrame) -> tuple[float, int]:
+    """CPU seconds and matches of the queries registered together on one
+    ``eql.PythonEngine`` streaming ``frame``'s events (in time order, as it requires)."""
+    import eql
+
+    events = []
+    for record in frame.sort_values("ts", kind="stable").to_dict("records"):
+        data = {k: v for k, v in record.items() if v == v and k != "stream"}
+        events.append(eql.Event(record["stream"], int(record["ts"]), data))
+    matches = [0]
+
+    def count(_result) -> None:
+        matches[0] += 1
+
+    engine = eql.PythonEngine({"time_unit": 1000})  # event times are epoch milliseconds
+    engine.add_output_hook(count)
+    # Missing events `![...]` are Elasticsearch's syntax, which the package parses on request.
+    with eql.parser.ParserConfig(elasticsearch_syntax=True, allow_negation=True):
+        for query in queries:
+            engine.add_query(eql.parse_query(query))
+    cpu = time.process_time()
+    engine.stream_events(events)
+    return time.process_time() - cpu, matches[0]
+
+
+def eql_peer(pairs: list[tuple[str, str | None]], frame: pd.DataFrame, counts: list[int],
+             batch: int, index: str) -> list[str]:
+    """Vigil and the ``eql`` package's engine on the same rules (the mix without its ``prev``
+    rules, which EQL cannot say) and events, in the same run: rates and their ratio."""
+    lines = ["| rules (without `prev`) | Vigil events/s (CPU) | eql events/s (CPU) | "
+             "Vigil / eql | Vigil matches | eql matches |", "|---:|---:|---:|---:|---:|---:|"]
+    for n in counts:
+        chosen = [(v, q) for v, q in pairs[:n] if q is not None]
+        row = run(STREAMS + "\n".join(v for v, _ in chosen), frame, batch, index)
+        eql_cpu, eql_matches = run_eql([q for _, q in chosen], frame)
+        line = (f"| {len(chosen):,} | {row.rate:,.0f} | {len(frame) / eql_cpu:,.0f} | "
+                f"{eql_cpu / row.cpu_s:.1f}x | {row.matches:,} | {eql_matches:,} |")
+        print(line, file=sys.stderr, flush=True)
+        lines.append(line)
+    return lines
+
+
+def spark_runs(texts: list[str], frame: pd.DataFrame, counts: list[int], batch: int) -> list[str]:
+    """The first N rules through ``run_spark`` on ``local[2]`` (``vigil run``'s path: the rows
+    as a JSON-lines file, micro-batches of ``batch`` rows), after a one-rule warm-up query on the
+    same session: wall-clock rates, and the matches against the embedded engine's."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    from spark_udf import read_outputs
+    from spark_udf.run import run_spark
+    from spark_udf.session import session
+
+    work = tempfile.mkdtemp(prefix="vigil-bench-rules-")
+    path = os.path.join(work, "events.jsonl")
+    with open(path, "w", encoding="utf-8") as out:
+        for record in frame.to_dict("records"):
+            out.write(json.dumps({k: v for k, v in record.items() if v == v}) + "\n")
+    spark = session("local[2]", shuffle_partitions=2, app_name="vigil-bench-rules")
+    lines = ["| rules | Spark local[2] events/s (wall) | matches | equal to the embedded "
+             "engine's |", "|---:|---:|---:|---|"]
+    try:
+        for i, n in enumerate([1, *counts]):
+            program = os.path.join(work, f"p{i}.vigil")
+            text = STREAMS + "\n".join(texts[:n])
+            Path(program).write_text(text)
+            out_dir = os.path.join(work, f"out-{i}")
+            started = time.perf_counter()
+            run_spark(program, path, out=out_dir, spark=spark, max_records_per_batch=batch)
+            seconds = time.perf_counter() - started
+            got = sorted(m["match_id"] for m in read_outputs(out_dir))
+            if i == 0:
+                print(f"spark warm-up (1 rule): {seconds:.1f} s", file=sys.stderr)
+                continue
+            engine = Engine()
+            engine.register(text)
+            engine.feed_batch(frame)
+            engine.close()
+            expected = sorted(m["match_id"] for m in engine.drain())
+            line = (f"| {n:,} | {len(frame) / seconds:,.0f} | {len(got):,} | "
+                    f"{got == expected} |")
+            print(line, file=sys.stderr, flush=True)
+            lines.append(line)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
@@ -194,12 +307,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", default="starts", choices=sorted(RULE_INDEXES),
                         help="the engine's rule index (none: every rule offered every event)")
     parser.add_argument("--markdown", help="write the table to this file")
+    parser.add_argument("--eql", metavar="N,N",
+                        help="only run the eql package's engine and Vigil on the first N rules "
+                             "of the mix (without its prev rules), alternately")
+    parser.add_argument("--spark", metavar="N,N",
+                        help="only run the first N rules on Spark local[2] (wall clock)")
+    parser.add_argument("--spark-batch", type=int, default=50_000,
+                        help="rows per Spark micro-batch")
     args = parser.parse_args(argv)
     frame = mixed(generate(args.events, args.keys))
     print(f"data: {len(frame):,} events ({args.events:,} ev + flags), {args.keys:,} keys",
           file=sys.stderr)
+    counts = [int(n) for n in (args.eql or args.spark or args.rules).split(",")]
     rng = random.Random(23)
-    texts = [rule_text(i, rng) for i in range(max(int(n) for n in args.rules.split(",")))]
+    pairs = [rule_pair(i, rng) for i in range(max(counts))]
+    texts = [vigil for vigil, _ in pairs]
+    if args.eql or args.spark:
+        lines = (eql_peer(pairs, frame, counts, args.batch, args.index) if args.eql
+                 else spark_runs(texts, frame, counts, args.spark_batch))
+        print("\n".join(lines))
+        return 0
     alone_rows = [run(STREAMS + texts[i], frame, args.batch, args.index)
                   for i in range(min(args.alone, len(texts)))]
     alone_cpu = sum(r.cpu_s for r in alone_rows) / len(alone_rows)
