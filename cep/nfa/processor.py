@@ -319,10 +319,20 @@ class RuleProcessor(KeyedProcessorBase):
         return None if None in key else key
 
     def missing_key_detail(self, event: Event) -> str:
-        """Why :meth:`key_of_event` gave no key, for the dead letter."""
+        """Why :meth:`key_of_event` (or :meth:`keys_of_event`) gave no key, for the dead
+        letter."""
         fields = self.key_fields.get(event.stream, ())
         missing = [n for n in fields if event.fields.get(n) is None]
         rules = ", ".join(rule.name for _, rule in self._by_stream.get(event.stream, ()))
+        if not missing and self._keys_of is not None:
+            # The rule's own `by` is there: every step's key the event could take is null.
+            steps = sorted({
+                ", ".join(names) for var, names in self.rules[0].var_keys.items()
+                if self.rules[0].conditions[self.rules[0].variables.index(var)].stream
+                in (None, event.stream)
+            })
+            return (f"every step's key of this event is missing or null "
+                    f"({'; '.join(steps)}) (rules: {rules})")
         return (
             f"key field(s) {', '.join(repr(m) for m in missing)} missing or null (rules: {rules})"
         )

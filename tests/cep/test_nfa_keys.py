@@ -112,3 +112,16 @@ def test_step_keys_that_are_expressions():
     rule = compiled(EXPRESSION_KEYS)
     assert rule.key_fields == {"proc": ("host",)}
     assert rule.keys_of("proc", rows[2]) == [("h", 24), ("h", 20)]
+
+
+def test_an_event_whose_step_keys_are_all_null_is_a_missing_key_naming_them():
+    from cep.engine import Engine
+
+    engine = Engine()
+    engine.register(EXPRESSION_KEYS.split("rule plain")[0])
+    engine.feed({"stream": "proc", "_seq": 0, "host": "h", "name": "bash", "user": "u", "ts": 1})
+    engine.close()
+    (letter,) = engine.drain_dead_letters()
+    assert letter["reason"] == "missing_key"
+    assert letter["detail"] == ("every step's key of this event is missing or null "
+                                "(pid * 2; ppid * 2) (rules: doubled)")
