@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cep.events.event import Event
 from cep.nfa.compiler import compile_rule
@@ -125,3 +129,40 @@ def test_an_event_whose_step_keys_are_all_null_is_a_missing_key_naming_them():
     assert letter["reason"] == "missing_key"
     assert letter["detail"] == ("every step's key of this event is missing or null "
                                 "(pid * 2; ppid * 2) (rules: doubled)")
+
+
+KEYED = """
+stream proc (host string, pid int, ppid int, name string, user string, ts timestamp) time ts
+  lateness 3s
+rule tree from proc by host
+  pattern parent child+ other
+  contiguity {contiguity}
+  define parent as name == "a" by {parent},
+         child  as name == "b" by {child},
+         other  as name == "c" by {child}
+  within 10s
+"""
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.sampled_from("ab c"), st.integers(0, 6), st.integers(0, 6),
+                            st.integers(0, 2)), max_size=25),
+    contiguity=st.sampled_from(["relaxed", "any", "any for child"]),
+    keys=st.sampled_from([("pid * 2", "ppid * 2"), ("concat(pid)", "concat(ppid)"),
+                          ("(pid, pid + 1)", "(ppid, ppid + 1)")]),
+)
+def test_expression_keys_join_as_the_fields_they_are_computed_from(rows, contiguity, keys):
+    """Keys computed one-to-one from a field bind the same events as the field itself."""
+    from cep.engine import Engine
+
+    def matches(parent: str, child: str) -> list:
+        engine = Engine()
+        engine.register(KEYED.format(contiguity=contiguity, parent=parent, child=child))
+        for i, (name, pid, ppid, lag) in enumerate(rows):
+            engine.feed({"stream": "proc", "_seq": i, "host": "h", "pid": pid, "ppid": ppid,
+                         "name": name, "user": "u", "ts": 10 * i - lag})
+        engine.close()
+        return sorted(json.dumps(m["events"], sort_keys=True) for m in engine.drain())
+
+    assert matches(*keys) == matches("pid", "ppid")
