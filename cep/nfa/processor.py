@@ -499,16 +499,40 @@ class RuleProcessor(KeyedProcessorBase):
         # Per key and depth, the history every idle rule reading all the key's events ends
         # with: one list, shared (the scan replaces a history, never changes it in place).
         tails: list[dict[int, list]] = [{} for _ in scans]
+        last_times = [int(everything[-1].ts) for everything in plain]
         for index in sorted(self._fast):
             rule = self.rules[index]
             name, streams, depth, slot = rule.name, rule.streams, rule.prev_depth, slots[index]
             own = frozenset(streams)
             work = []
-            for (key, state, items, firsts), present, width, everything, tail in zip(
-                scans, streams_of, narrowest, plain, tails, strict=True
+            for (key, state, items, firsts), present, width, everything, tail, last_ts in zip(
+                scans, streams_of, narrowest, plain, tails, last_times, strict=True
             ):
                 st = state.rules.get(name)
                 first = firsts.get(index)
+                if first is None and width > slot and present in own and (
+                    st is None and depth or st is not None and st.key is not None
+                    and not (st._runs or st.lazy_runs)
+                ):
+                    # Idle, and every event of the key is the rule's: strict.pass_over inlined
+                    # (the hot path of many `prev` rules: counters and history move).
+                    if st is None:
+                        st = state.rules[name] = new_state(rule, key)
+                    n = len(everything)
+                    st.pos += n
+                    st.events_seen += n
+                    st.last_ts = last_ts
+                    if depth:
+                        if n >= depth:
+                            shared = tail.get(depth)
+                            if shared is None:
+                                shared = tail[depth] = [e.fields for e in everything[-depth:]]
+                            st.history = shared
+                        else:
+                            st.history = (st.history + [e.fields for e in everything])[-depth:]
+                    elif st.is_empty:
+                        self._retire(state.rules, name)
+                    continue
                 live = st is not None and (st._runs or st.lazy_runs)
                 if first is None and not live and st is None and not depth:
                     continue  # nothing to start or advance, and no state to keep
