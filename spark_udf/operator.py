@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -230,12 +231,37 @@ def detect_plan(df: DataFrame, plan: RoutePlan, live: Any = None) -> DataFrame:
         .drop(_WATERMARK_COLUMN)
     )
     stateful = BucketedDetector.for_plan(plan, tuple(watermarked.columns), live)
+    check_inline(df, stateful)
     return watermarked.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
         statefulProcessor=stateful,
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode="EventTime",
     )
+
+
+def broadcast_threshold(df: DataFrame) -> int:
+    """The size above which PySpark broadcasts a pickled command in ``df``'s session."""
+    context = df.sparkSession.sparkContext
+    return int(context._jvm.PythonUtils.getBroadcastThreshold(context._jsc))
+
+
+def check_inline(df: DataFrame, stateful: StatefulProcessor) -> None:
+    """Refuse, with what to do, a stateful processor that pickles above the session's
+    ``spark.broadcast.UDFCompressionThreshold``: PySpark would broadcast it, and the
+    transformWithState operator's driver-side runner cannot load a broadcast command (the query
+    would fail at its start with ``BROADCAST_VARIABLE_NOT_LOADED``). Sessions built by
+    :func:`spark_udf.session.session` raise the threshold."""
+    limit = broadcast_threshold(df)
+    size = len(cloudpickle.dumps(stateful))
+    if size > limit:
+        raise OperatorConfigError(
+            f"the compiled program pickles to {size:,} bytes, above this session's "
+            f"spark.broadcast.UDFCompressionThreshold ({limit:,}): PySpark would broadcast it, "
+            "which the transformWithState operator cannot load; build the session with "
+            "spark_udf.session() or set spark.broadcast.UDFCompressionThreshold to at least "
+            f"{size:,} when you build it"
+        )
 
 
 def _route_batches(batches: Iterator[Any], plan: RoutePlan, live: Any) -> Iterator[Any]:
@@ -271,6 +297,7 @@ def _detect_streaming(
     else:
         grouped = watermarked.groupBy(*plan.key_columns)
         stateful = PerKeyDetector(source, plan.layout, watermarked.columns)
+    check_inline(prepared, stateful)
     return grouped.transformWithStateInPandas(
         statefulProcessor=stateful,
         outputStructType=OUTPUT_SCHEMA,

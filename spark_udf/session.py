@@ -18,12 +18,17 @@ from pyspark.sql import SparkSession
 from spark_udf.cluster import parallelism, partitions_for
 from spark_udf.errors import OperatorConfigError
 
-__all__ = ["PACKED_PYTHON", "ROCKSDB_PROVIDER", "pack_conf", "session"]
+__all__ = ["INLINE_COMMAND_BYTES", "PACKED_PYTHON", "ROCKSDB_PROVIDER", "pack_conf", "session"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PACKED_PYTHON = "./environment/bin/python"
 """The executors' Python with a packed environment: ``spark.archives`` unpacks the archive as
 ``environment`` in each executor's working directory."""
+INLINE_COMMAND_BYTES = 1 << 30
+"""``spark.broadcast.UDFCompressionThreshold`` of the sessions built here. Above it PySpark
+broadcasts a pickled Python command (default 1 MiB), and the transformWithState operator's
+driver-side runner cannot load a broadcast one (``BROADCAST_VARIABLE_NOT_LOADED``): a program of
+~250 rules and more pickles above 1 MiB (1,000 W5 rules: 4.4 MB), so it stays inline."""
 _CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
@@ -86,6 +91,7 @@ def session(
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.broadcast.UDFCompressionThreshold", str(INLINE_COMMAND_BYTES))
         # Hadoop's FileContext renames shell out to `readlink` on a local disk (~50 processes
         # per micro-batch); the FileSystem-based manager renames in-process. Checkpoints on a
         # store whose rename is not atomic (object stores) should set their own manager.
