@@ -18,6 +18,7 @@ costs less than running it alone::
         --markdown bench/results/rules.md
     .venv/bin/python bench/bench_rules.py --events 50000 --eql 10,100      # the eql peer
     .venv/bin/python bench/bench_rules.py --events 50000 --spark 100,1000  # Spark local[2]
+    .venv/bin/python bench/bench_rules.py --events 20000 --keys 1000 --scale 10000
 
 Issue #23's goal is a cost per event that follows what an event can advance, not what is
 registered; the 1-rule and N-rule rows of the table show how far that holds.
@@ -296,6 +297,42 @@ def spark_runs(texts: list[str], frame: pd.DataFrame, counts: list[int], batch: 
     return lines
 
 
+def scale(pairs: list[tuple[str, str | None]], n: int, frame: pd.DataFrame, batch: int) -> str:
+    """Register ``n`` rules (wall time, bytes held per rule), add one more to the running
+    engine, then feed ``frame`` (CPU): rate, rules looked at, rule states kept, peak memory."""
+    import resource
+
+    texts = [vigil for vigil, _ in pairs]
+    gc.collect()
+    started = time.perf_counter()
+    engine = Engine()
+    engine.register(STREAMS + "\n".join(texts[:n]))
+    register_s = time.perf_counter() - started
+    started = time.perf_counter()
+    engine.register(STREAMS + texts[n])
+    one_s = time.perf_counter() - started
+    gc.collect()
+    tracemalloc.start()
+    try:
+        Engine().register(STREAMS + "\n".join(texts[:n]))
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    matches = 0
+    cpu = time.process_time()
+    for lo in range(0, len(frame), batch):
+        engine.feed_batch(frame.iloc[lo : lo + batch])
+        matches += len(engine.drain())
+        engine.drain_dead_letters()
+    cpu_s = time.process_time() - cpu
+    states = sum(len(state.rules) for group in engine._groups.values()  # noqa: SLF001
+                 for state in group.states.values())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return (f"| {n:,} | {register_s:.1f} | {one_s:.2f} | {held / n:,.0f} | "
+            f"{len(frame) / cpu_s:,.0f} | {engine.rules_touched / len(frame):.2f} | "
+            f"{matches:,} | {states:,} | {rss / 1e9:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
@@ -314,14 +351,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="only run the first N rules on Spark local[2] (wall clock)")
     parser.add_argument("--spark-batch", type=int, default=50_000,
                         help="rows per Spark micro-batch")
+    parser.add_argument("--scale", type=int, metavar="N",
+                        help="only register N rules (and one more), then feed the events: "
+                             "registration time, bytes per rule, rate, states, peak memory")
     args = parser.parse_args(argv)
     frame = mixed(generate(args.events, args.keys))
     print(f"data: {len(frame):,} events ({args.events:,} ev + flags), {args.keys:,} keys",
           file=sys.stderr)
     counts = [int(n) for n in (args.eql or args.spark or args.rules).split(",")]
     rng = random.Random(23)
-    pairs = [rule_pair(i, rng) for i in range(max(counts))]
+    pairs = [rule_pair(i, rng) for i in range(max(*counts, (args.scale or 0) + 1))]
     texts = [vigil for vigil, _ in pairs]
+    if args.scale:
+        print("| rules | register (s) | one more (s) | bytes / rule | events/s (CPU) | "
+              "rules looked at / event | matches | rule states | peak RSS (GB) |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+              + scale(pairs, args.scale, frame, args.batch))
+        return 0
     if args.eql or args.spark:
         lines = (eql_peer(pairs, frame, counts, args.batch, args.index) if args.eql
                  else spark_runs(texts, frame, counts, args.spark_batch))
