@@ -51,6 +51,7 @@ from spark_udf.routing import (
     resolve_processor,
     route_plan_batches,
 )
+from spark_udf.session import INLINE_COMMAND_BYTES
 
 __all__ = [
     "LAYOUTS",
@@ -253,6 +254,8 @@ def check_inline(df: DataFrame, stateful: StatefulProcessor) -> None:
     would fail at its start with ``BROADCAST_VARIABLE_NOT_LOADED``). Sessions built by
     :func:`spark_udf.session.session` raise the threshold."""
     limit = broadcast_threshold(df)
+    if limit >= INLINE_COMMAND_BYTES:
+        return  # the session's own setting: no program comes near it, and pickling costs
     size = len(cloudpickle.dumps(stateful))
     if size > limit:
         raise OperatorConfigError(
@@ -337,10 +340,10 @@ def reference_outputs(
     """Run events through the processor directly, one call per key, with no Spark: the result
     the streaming and static operators must reproduce (matches as ``match_record`` rows)."""
     by_key: dict[str, tuple[tuple, list[Mapping[str, Any]]]] = {}
-    keys_of = getattr(processor, "keys_of", None)
+    multi_key = getattr(processor, "multi_key", False)
     for event in events:
-        if getattr(processor, "multi_key", False):
-            keys = keys_of(event)
+        if multi_key:
+            keys = processor.keys_of(event)  # type: ignore[attr-defined]
         else:
             key = processor.key_of(event)
             keys = [] if key is None else [key]

@@ -326,10 +326,10 @@ class RuleProcessor(KeyedProcessorBase):
         rules = ", ".join(rule.name for _, rule in self._by_stream.get(event.stream, ()))
         if not missing and self._keys_of is not None:
             # The rule's own `by` is there: every step's key the event could take is null.
+            first = self.rules[0]
             steps = sorted({
-                ", ".join(names) for var, names in self.rules[0].var_keys.items()
-                if self.rules[0].conditions[self.rules[0].variables.index(var)].stream
-                in (None, event.stream)
+                ", ".join(names) for var, names in first.var_keys.items()
+                if first.conditions[first.variables.index(var)].stream in (None, event.stream)
             })
             return (f"every step's key of this event is missing or null "
                     f"({'; '.join(steps)}) (rules: {rules})")
