@@ -314,10 +314,12 @@ def scale(pairs: list[tuple[str, str | None]], n: int, frame: pd.DataFrame, batc
     gc.collect()
     tracemalloc.start()
     try:
-        Engine().register(STREAMS + "\n".join(texts[:n]))
+        other = Engine()
+        other.register(STREAMS + "\n".join(texts[:n]))
         held = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
+    del other
     matches = 0
     cpu = time.process_time()
     for lo in range(0, len(frame), batch):
