@@ -162,6 +162,18 @@ def _partials(engine: Engine) -> int:
     )
 
 
+def feed(engine: Engine, frame: pd.DataFrame, batch: int) -> tuple[float, int]:
+    """Feed ``frame`` in batches: the CPU seconds it took and the matches drained on the way
+    (end of input excluded)."""
+    matches = 0
+    cpu = time.process_time()
+    for lo in range(0, len(frame), batch):
+        engine.feed_batch(frame.iloc[lo : lo + batch])
+        matches += len(engine.drain())
+        engine.drain_dead_letters()
+    return time.process_time() - cpu, matches
+
+
 def run(text: str, frame: pd.DataFrame, batch: int, index: str = "starts") -> Row:
     """Time the rules over ``frame`` (no tracing), then measure their memory on a prefix."""
     gc.collect()
@@ -169,13 +181,7 @@ def run(text: str, frame: pd.DataFrame, batch: int, index: str = "starts") -> Ro
     engine = Engine(rule_index=index)
     engine.register(text)
     register_s = time.perf_counter() - started
-    matches = 0
-    cpu = time.process_time()
-    for lo in range(0, len(frame), batch):
-        engine.feed_batch(frame.iloc[lo : lo + batch])
-        matches += len(engine.drain())
-        engine.drain_dead_letters()
-    cpu_s = time.process_time() - cpu
+    cpu_s, matches = feed(engine, frame, batch)
     engine.close()
     matches += len(engine.drain())
     registered, partials, held = _memory(text, frame.iloc[:MEMORY_PREFIX], batch, index)
@@ -320,13 +326,7 @@ def scale(pairs: list[tuple[str, str | None]], n: int, frame: pd.DataFrame, batc
     finally:
         tracemalloc.stop()
     del other
-    matches = 0
-    cpu = time.process_time()
-    for lo in range(0, len(frame), batch):
-        engine.feed_batch(frame.iloc[lo : lo + batch])
-        matches += len(engine.drain())
-        engine.drain_dead_letters()
-    cpu_s = time.process_time() - cpu
+    cpu_s, matches = feed(engine, frame, batch)
     states = sum(len(state.rules) for group in engine._groups.values()  # noqa: SLF001
                  for state in group.states.values())
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
