@@ -167,6 +167,8 @@ def _key_text(parsed: ParsedQuery, writer: ExpressionWriter, node: Any, folds: b
             and writer.value(args[0]).type in ("int", "float", "number", "bool"):
         return _NULL_KEY
     value = writer.value(node)
+    if value.type is None:
+        return _NULL_KEY  # null for every event (arithmetic on a string field, a null literal)
     if isinstance(node, eql_ast.Field) and value.type != "json":
         text = field_name(parsed, node)
     else:
@@ -285,7 +287,8 @@ def _sequence_lines(parsed, steps, maxspan, types, condition_of, fields, folds_k
     # Key positions every step joins on with the same field become the rule's `by`.
     shared = [i for i in range(len(kept))
               if len({texts[id(s)][i] for s in steps}) == 1
-              and texts[id(ordered[0])][i].isidentifier()]
+              and isinstance(ordered[0].keys[kept[i]], eql_ast.Field)
+              and texts[id(ordered[0])][i] == field_name(parsed, ordered[0].keys[kept[i]])]
     rule_by = [texts[id(ordered[0])][i] for i in shared]
 
     def own_keys(step: Step) -> str:
@@ -384,6 +387,9 @@ def infer_step_types(parsed: ParsedQuery, steps: list[Step], filters: list[Any],
     expressions) imply."""
     for step in steps:
         infer_types(parsed, step.query.query, step.streams, types)
+        for key in step.keys:
+            if not isinstance(key, eql_ast.Field):  # `by pid * 2`: pid is a number
+                infer_types(parsed, key, step.streams, types)
     if isinstance(parsed.query.first, eql_ast.Sequence):
         bound = [s for s in steps if s.role == "step"]
         for f in filters:

@@ -179,6 +179,16 @@ def test_join_keys_that_are_expressions_become_step_keys():
                '[network where true] by ppid, length(ppid)', events, options) == [[0, 2]]
 
 
+def test_an_expression_join_key_types_its_fields_without_a_schema():
+    # Nothing but the key reads pid and ppid: `* 2` says they are numbers (before, the key
+    # was written as null and the rule joined every event as one).
+    events = [P(pid=10, t="a"), P(pid=11, ppid=10, t="b"), P(pid=12, ppid=99, t="b")]
+    query = 'sequence [process where t == "a"] by pid * 2 [process where t == "b"] by ppid * 2'
+    text = import_eql([EqlSource("q.eql", query)], OPTIONS).text
+    assert "by pid * 2" in text and "by ppid * 2" in text and "by null" not in text
+    assert run(query, events) == [[0, 1]]
+
+
 def test_fork_keeps_the_extended_sequence_pending():
     events = [P(k=1, t=t) for t in "abbccabbc"]
     query = 'sequence by k [process where t == "a"] [process where t == "b"] {} ' \
