@@ -410,17 +410,48 @@ def process_bucket(
                            filtered=filtered)
     run.keys = len(groups)
     held = _held_so_far(processor)
-    for key, (key_events, key_times) in groups.items():
-        text = key_text(key)
-        slot = bucket.keys.get(text)
-        result = processor.process(
-            key, slot.state if slot else None, key_events, watermark_ms
-        )
-        _collect(result, key, _seq_times(key_events, key_times), run.records)
-        bucket.set(text, result.state, min(result.next_timer_ms, default=None))
+    many = getattr(processor, "process_keys", None)
+    if many is not None:
+        _run_keys_together(many, bucket, groups, watermark_ms, run)
+    else:
+        for key, (key_events, key_times) in groups.items():
+            text = key_text(key)
+            slot = bucket.keys.get(text)
+            result = processor.process(
+                key, slot.state if slot else None, key_events, watermark_ms
+            )
+            _collect(result, key, _seq_times(key_events, key_times), run.records)
+            bucket.set(text, result.state, min(result.next_timer_ms, default=None))
     _held_since(processor, held, groups, run.records)
     _close_tables(opened, bucket, watermark_ms)
     return run
+
+
+def _run_keys_together(
+    process_keys: Any,
+    bucket: BucketState,
+    groups: Mapping[tuple, tuple[list[dict[str, Any]], list[int | None]]],
+    watermark_ms: int,
+    run: BucketRun,
+) -> None:
+    """Every key of the bucket in one call (:meth:`RuleProcessor.process_keys`): the rules each
+    event may touch are found column-wise over the bucket's events, as the embedded engine's
+    rule index finds them, instead of every event being offered to every rule."""
+    if not groups:
+        return
+    texts = [key_text(key) for key in groups]
+    slots = [bucket.keys.get(text) for text in texts]
+    outputs, results = process_keys(
+        [(key, slot.state if slot else None, key_events)
+         for (key, (key_events, _)), slot in zip(groups.items(), slots, strict=True)],
+        watermark_ms,
+    )
+    run.records.extend(match_record(match) for match in outputs)
+    for (key, (key_events, key_times)), text, result in zip(
+        groups.items(), texts, results, strict=True
+    ):
+        _collect(result, key, _seq_times(key_events, key_times), run.records)
+        bucket.set(text, result.state, min(result.next_timer_ms, default=None))
 
 
 def _held_so_far(processor: KeyedProcessor) -> Counter[str] | None:

@@ -12,9 +12,10 @@ import pandas as pd
 
 from cep.engine.dispatch import KeyedRules, KeyTimers, dispatch
 from cep.engine.intake import mask_tuples, rule_masks
-from cep.events.event import STREAM_FIELD, Event
+from cep.events.event import Event
 from cep.nfa.compiler import RELEASE_TIME_COLUMN
 from cep.nfa.processor import NOT_REGISTERED, KeyState, RuleProcessor
+from cep.nfa.touches import rule_rows
 
 __all__ = ["RULE_INDEXES", "NoIndex", "RuleIndex", "StartIndex", "Touches"]
 
@@ -119,40 +120,10 @@ class StartIndex:
         for group in groups:
             if stream not in group.readers:
                 continue
-            processor = group.processor
             every = every or stream in group.always
-            scanned = processor.scanned
-            for index, (rule, slot) in enumerate(zip(processor.rules, group.slots, strict=True)):
-                if stream not in rule.streams:
-                    continue
-                conditions = getattr(rule, "conditions", None)
-                if conditions is None:
-                    # A rule that gives only its masks (another compiler's): as NoIndex does.
-                    fits = _mask_bits(rule, stream, frame)
-                else:
-                    fits = [
-                        (bit, _fits(rule, cond, stream, frame, shared))
-                        for bit, cond in enumerate(conditions)
-                    ]
-                if index in scanned:
-                    # A scanned rule sees every row of its keys anyway; it needs to know only
-                    # where a match may start.
-                    first = processor.start_bits_of(index)
-                    chosen = _rows_fitting([f for bit, f in fits if (first >> bit) & 1], n)
-                elif must_see_all(processor, index):
-                    chosen = np.arange(n)
-                else:
-                    chosen = _rows_fitting([f for _, f in fits], n)
-                if len(chosen) == 0:
-                    continue
-                mask = np.zeros(len(chosen), dtype=np.int64)
-                for bit, f in fits:
-                    if f is True:
-                        mask |= np.int64(1) << np.int64(bit)
-                    elif f is not False:
-                        mask |= f[chosen].astype(np.int64) << np.int64(bit)
+            for index, chosen, mask in rule_rows(group.processor, stream, frame, shared):
                 rows.append(chosen)
-                slots.append(np.full(len(chosen), slot, dtype=np.int64))
+                slots.append(np.full(len(chosen), group.slots[index], dtype=np.int64))
                 masks.append(mask)
         if not rows:
             if every:
@@ -339,44 +310,6 @@ def _refined_at_release(
         if kept or event.stream in always:
             out.append((ts, seq, (event, Touches(masks.width, kept))))
     return out
-
-
-def _fits(rule: Any, cond: Any, stream: str, frame: pd.DataFrame,
-          shared: dict[tuple, np.ndarray]) -> Any:
-    """Where a condition may hold over ``frame`` (rows of ``stream``): a bool array, or
-    ``True``/``False`` for every row. Equal condition texts over the same streams are
-    evaluated once per batch."""
-    if cond.stream is not None and cond.stream != stream:
-        return False
-    if cond.predicate is None or cond.columnar is None:
-        return True
-    text = getattr(cond, "columnar_text", None)
-    key = (rule.streams, text) if text is not None else (id(cond),)
-    fits = shared.get(key)
-    if fits is None:
-        fits = shared[key] = np.asarray(cond.columnar(frame), dtype=bool)
-    return fits
-
-
-def _mask_bits(rule: Any, stream: str, frame: pd.DataFrame) -> list[tuple[int, Any]]:
-    """``(bit, rows where it is set)`` of a rule's :meth:`columnar_mask` over ``frame``."""
-    view = frame.assign(**{STREAM_FIELD: stream}) if len(rule.streams) > 1 else frame
-    mask = np.asarray(rule.columnar_mask(view), dtype=np.int64)
-    top = int(np.bitwise_or.reduce(mask)) if len(mask) else 0
-    return [(bit, (mask >> np.int64(bit)) & 1 == 1) for bit in range(max(top.bit_length(), 1))]
-
-
-def _rows_fitting(fits: list[Any], n: int) -> np.ndarray:
-    """The rows where at least one of ``fits`` (from :func:`_fits`) holds."""
-    if any(f is True for f in fits):
-        return np.arange(n)
-    arrays = [f for f in fits if f is not False]
-    if not arrays:
-        return np.zeros(0, dtype=np.int64)
-    union = arrays[0]
-    for f in arrays[1:]:
-        union = union | f
-    return np.flatnonzero(union)
 
 
 def _dense_entries(

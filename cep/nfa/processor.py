@@ -27,6 +27,8 @@ from cep.events.event import (
 from cep.events.keyed import KeyedProcessorBase, ProcessResult, late_letter, validate_raw
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from cep.nfa import runtime, strict
+from cep.nfa.state import history_only, with_history
+from cep.nfa.touches import event_touches as touches_of
 from query_lang import ast
 from query_lang.ast import StreamDecl
 from sketches.codec import StateCodec
@@ -245,6 +247,9 @@ class RuleProcessor(KeyedProcessorBase):
         self._keys_of = first.keys_of if getattr(first, "var_keys", None) else None
         self._start_bits = tuple(start_bits(rule) for rule in self.rules)
         self._rule_by_name = {rule.name: rule for rule in self.rules}
+        # The rules and their versions, as a key's state records them beside pending events.
+        self._rules_list = [[rule.name, rule.version] for rule in self.rules]
+        self._rules_text = json.dumps(self._rules_list, separators=(",", ":"), ensure_ascii=False)
         self.dropped_partials: Counter[str] = (
             dropped_partials if dropped_partials is not None else Counter()
         )
@@ -791,8 +796,23 @@ class RuleProcessor(KeyedProcessorBase):
         ``watermark_ms`` ``None`` the key uses its own: the smallest over its streams of
         ``max(ts) - lateness``. Events above the watermark stay in the returned state.
         """
-        ks = self.decode(state) if state else KeyState()
+        ks, released, dead, watermark_ms = self._admit(state, events, watermark_ms)
         outputs: list[dict[str, Any]] = []
+        if ks.unseen:
+            self._run_unseen(key, ks, released, outputs)
+        else:
+            self.run_events(key, ks, ((e, None) for e in released), outputs)
+        self.fire_timers(ks, watermark_ms, outputs)
+        return self._result(ks, outputs, dead)
+
+    def _admit(
+        self, state: bytes | None, events: Sequence[Mapping[str, Any]], watermark_ms: int | None
+    ) -> tuple[KeyState, list[Event], list[dict[str, Any]], int]:
+        """The first half of :meth:`process`: a key's state decoded, its raw events validated
+        (dead letters for the bad and the late), and the events the watermark releases, in
+        ``(ts, seq)`` order; the rest stay pending in the state. Returns the state, the
+        released events, the dead letters and the watermark the key stands at."""
+        ks = self.decode(state) if state else KeyState()
         dead: list[dict[str, Any]] = []
         accepted: list[Event] = []
         # Late: behind this key's last watermark, or behind the caller's (the watermark the
@@ -820,13 +840,49 @@ class RuleProcessor(KeyedProcessorBase):
                 cut = i
                 break
         ks.pending = pending[cut:]
-        released = pending[:cut]
-        if ks.unseen:
-            self._run_unseen(key, ks, released, outputs)
-        else:
-            self.run_events(key, ks, ((e, None) for e in released), outputs)
-        self.fire_timers(ks, watermark_ms, outputs)
-        return self._result(ks, outputs, dead)
+        return ks, pending[:cut], dead, watermark_ms
+
+    def process_keys(
+        self,
+        batch: Sequence[tuple[tuple, bytes | None, Sequence[Mapping[str, Any]]]],
+        watermark_ms: int,
+    ) -> tuple[list[dict[str, Any]], list[ProcessResult]]:
+        """:meth:`process` for many keys at once, ``(key, state, events)`` each, at one
+        watermark: the matches of all keys, and per key its result (its dead letters, state
+        and timers; no outputs).
+
+        The released events of every key are matched to the rules they may touch column-wise
+        (:func:`cep.nfa.touches.event_touches`: each distinct condition evaluated once over
+        the batch), and each key runs only those (:meth:`run_indexed`), as the embedded
+        engine's rule index does: the matches are those of :meth:`process` called per key;
+        what is saved is offering every event to every rule.
+        """
+        admitted = []
+        outputs: list[dict[str, Any]] = []
+        everything: list[Event] = []
+        for key, state, events in batch:
+            ks, released, dead, wm = self._admit(state, events, watermark_ms)
+            admitted.append((key, ks, released, dead, wm))
+            if not ks.unseen:
+                everything.extend(released)
+        touches = iter(touches_of(self, everything))
+        width = len(self.rules)
+        jobs = []
+        for key, ks, released, _, _ in admitted:
+            if ks.unseen:
+                # Events from before a program edit that some rules must not see: row by row.
+                self._run_unseen(key, ks, released, outputs)
+            elif released:
+                jobs.append((key, ks, [(e, next(touches), width) for e in released]))
+        if jobs:
+            self.run_indexed(jobs, outputs, range(width))
+        results = []
+        for _, ks, _, dead, wm in admitted:
+            timers: list[dict[str, Any]] = []
+            self.fire_timers(ks, wm, timers)
+            outputs.extend(timers)
+            results.append(self._result(ks, [], dead))
+        return outputs, results
 
     def _run_unseen(
         self, key: tuple, ks: KeyState, released: list[Event], outputs: list[dict[str, Any]]
@@ -845,7 +901,23 @@ class RuleProcessor(KeyedProcessorBase):
         """Serialise a key's state: a versioned container of the rules' own state bytes,
         the buffered events and the watermark information."""
         parts = []
+        # Idle `prev` states alike (the same counters and history, as a key's rules that saw
+        # the same events have) are stored once, with the rules sharing them.
+        idle: dict[tuple, list[tuple[list, list[Any]]]] = {}
+        stored = 0
         for name, st in state.rules.items():
+            row = history_only(st)
+            if row is not None:
+                version = self._rule_by_name[name].version
+                alike = idle.setdefault(row, [])
+                for history, members in alike:
+                    if history is st.history or history == st.history:
+                        members.extend((name, version))
+                        break
+                else:
+                    alike.append((st.history, [name, version]))
+                continue
+            stored += 1
             blob = st.to_bytes()
             encoded = name.encode("utf-8")
             parts.append(_RULE_HEAD.pack(len(encoded), self._rule_by_name[name].version, len(blob)))
@@ -855,27 +927,30 @@ class RuleProcessor(KeyedProcessorBase):
             "max_ts": state.max_ts,
             "pending": [[e.id, e.stream, e.ts, e.seq, e.fields] for e in state.pending],
         }
+        if idle:
+            body["idle"] = [
+                [*row, history, members]
+                for row, alike in idle.items() for history, members in alike
+            ]
         if state.unique:
             body["unique"] = [
                 [name, self._rule_by_name[name].version, list(seen.items())]
                 for name, seen in state.unique.items() if seen and name in self._rule_by_name
             ]
         if state.pending:
-            # Which rules saw the pending events buffered (a later program's fresh rules must
-            # not; see KeyState.unseen).
-            body["rules"] = [[r.name, r.version] for r in self.rules]
             unseen = {e.seq: sorted(state.unseen[e.seq]) for e in state.pending
                       if state.unseen.get(e.seq)}
             if unseen:
                 body["unseen"] = [[seq, names] for seq, names in unseen.items()]
-        extra = json.dumps(
-            body,
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode("utf-8")
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        if state.pending:
+            # Which rules saw the pending events buffered (a later program's fresh rules must
+            # not; see KeyState.unseen): the processor's list, encoded once.
+            text = text[:-1] + ',"rules":' + self._rules_text + "}"
+        extra = text.encode("utf-8")
         parts.append(_BLOB.pack(len(extra)))
         parts.append(extra)
-        return _CODEC.encode(b"".join(parts), state.watermark, len(state.rules))
+        return _CODEC.encode(b"".join(parts), state.watermark, stored)
 
     def decode(self, data: bytes) -> KeyState:
         """Inverse of :meth:`encode`. State of rules no longer served (or whose version changed)
@@ -912,6 +987,12 @@ class RuleProcessor(KeyedProcessorBase):
             if isinstance(exc, StateError):
                 raise
             raise StateError(f"corrupted key state: {exc}") from None
+        for *row, history, members in extra.get("idle", ()):
+            for position in range(0, len(members), 2):
+                name, rule_version = members[position], members[position + 1]
+                rule = self._rule_by_name.get(name)
+                if rule is not None and rule.version == rule_version:
+                    ks.rules[name] = with_history(rule, row, history)
         ks.max_ts = {str(k): int(v) for k, v in extra["max_ts"].items()}
         ks.pending = [
             Event(id=i, stream=s, ts=int(t), seq=int(q), fields=f)
@@ -922,8 +1003,10 @@ class RuleProcessor(KeyedProcessorBase):
             if rule is not None and rule.version == version and rule.unique is not None:
                 ks.unique[name] = OrderedDict((str(v), int(t)) for v, t in seen)
         if ks.pending and "rules" in extra:
-            saw = {(str(n), int(v)) for n, v in extra["rules"]}
-            fresh = frozenset(r.name for r in self.rules if (r.name, r.version) not in saw)
+            fresh = frozenset()
+            if extra["rules"] != self._rules_list:
+                saw = {(str(n), int(v)) for n, v in extra["rules"]}
+                fresh = frozenset(r.name for r in self.rules if (r.name, r.version) not in saw)
             stored = {int(q): frozenset(names) for q, names in extra.get("unseen", ())}
             for event in ks.pending:
                 names = stored.get(event.seq, frozenset()) | fresh

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby, repeat
 from typing import Any
@@ -20,7 +20,7 @@ from cep.nfa.compiler import CompiledRule
 from cep.nfa.errors import StateFormatError
 from sketches.codec import StateCodec
 
-__all__ = ["RuleState", "new_state"]
+__all__ = ["RuleState", "history_only", "new_state", "with_history"]
 
 _FRAME = dict(
     fields="8s",
@@ -526,6 +526,41 @@ def new_state(rule: CompiledRule, key: tuple | None = None) -> RuleState:
     """A fresh state for one key of ``rule`` (``key`` is filled from the first event if None)."""
     state = RuleState(rule.fingerprint, rule.within_ms)
     state.key = tuple(key) if key is not None else None
+    return state
+
+
+def history_only(state: Any) -> tuple | None:
+    """What a state holding nothing but counters and a ``prev`` history (an idle ``prev``
+    rule's, the most common state of a key) has besides that history, as a hashable row, or
+    None when it holds more: ``(key, pos, watermark, resume, dropped, born, held ids, last
+    time, events seen)``. Equal rows with equal histories are stored once per key, however
+    many rules share them (:meth:`cep.nfa.processor.RuleProcessor.encode`)."""
+    if type(state) is not RuleState or not state.history or (
+        state.cohorts or state.held or state.absences or state._runs or state.lazy_runs
+    ):
+        return None
+    return (
+        None if state.key is None else tuple(state.key), state.pos, _num_out(state.watermark),
+        state.resume, state.dropped_partials, state.born, state.held_ids, state.last_ts,
+        state.events_seen,
+    )
+
+
+def with_history(rule: CompiledRule, row: Sequence[Any], history: Sequence[Any]) -> RuleState:
+    """The state :func:`history_only` described by ``row``, for ``rule``, holding a copy of
+    ``history``."""
+    key, pos, watermark, resume, dropped, born, held_ids, last_ts, seen = row
+    state = RuleState(rule.fingerprint, rule.within_ms)
+    state.key = None if key is None else tuple(key)
+    state.pos = pos
+    state.watermark = _num_in(watermark)
+    state.resume = resume
+    state.dropped_partials = dropped
+    state.born = born
+    state.held_ids = held_ids
+    state.last_ts = last_ts
+    state.events_seen = seen
+    state.history = list(history)
     return state
 
 

@@ -1,0 +1,150 @@
+"""Which rules of a :class:`~cep.nfa.processor.RuleProcessor` each row may touch, found
+column-wise: each distinct condition evaluated once over a stream's rows, a rule handed a row
+only when one of its conditions may hold for it (or when it must see every row). The embedded
+engine's rule index (:mod:`cep.engine.rule_index`) and the Spark operator's buckets
+(:meth:`RuleProcessor.process_keys`) both ask here, so both run the same rules on an event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cep.events.event import STREAM_FIELD, Event, StreamSchema
+
+__all__ = [
+    "condition_fits",
+    "event_touches",
+    "events_frame",
+    "mask_bits",
+    "rows_fitting",
+    "rule_rows",
+]
+
+
+def condition_fits(rule: Any, cond: Any, stream: str, frame: pd.DataFrame,
+                   shared: dict[tuple, np.ndarray]) -> Any:
+    """Where a condition may hold over ``frame`` (rows of ``stream``): a bool array, or
+    ``True``/``False`` for every row. Equal condition texts over the same streams are
+    evaluated once per frame (``shared`` remembers them)."""
+    if cond.stream is not None and cond.stream != stream:
+        return False
+    if cond.predicate is None or cond.columnar is None:
+        return True
+    text = getattr(cond, "columnar_text", None)
+    key = (rule.streams, text) if text is not None else (id(cond),)
+    fits = shared.get(key)
+    if fits is None:
+        fits = shared[key] = np.asarray(cond.columnar(frame), dtype=bool)
+    return fits
+
+
+def mask_bits(rule: Any, stream: str, frame: pd.DataFrame) -> list[tuple[int, Any]]:
+    """``(bit, rows where it is set)`` of a rule's :meth:`columnar_mask` over ``frame``."""
+    view = frame.assign(**{STREAM_FIELD: stream}) if len(rule.streams) > 1 else frame
+    mask = np.asarray(rule.columnar_mask(view), dtype=np.int64)
+    top = int(np.bitwise_or.reduce(mask)) if len(mask) else 0
+    return [(bit, (mask >> np.int64(bit)) & 1 == 1) for bit in range(max(top.bit_length(), 1))]
+
+
+def rows_fitting(fits: list[Any], n: int) -> np.ndarray:
+    """The rows where at least one of ``fits`` (from :func:`condition_fits`) holds."""
+    if any(f is True for f in fits):
+        return np.arange(n)
+    arrays = [f for f in fits if f is not False]
+    if not arrays:
+        return np.zeros(0, dtype=np.int64)
+    union = arrays[0]
+    for f in arrays[1:]:
+        union = union | f
+    return np.flatnonzero(union)
+
+
+def rule_rows(
+    processor: Any, stream: str, frame: pd.DataFrame, shared: dict[tuple, np.ndarray]
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Per rule of ``processor`` reading ``stream`` that some row of ``frame`` touches:
+    ``(rule index, rows, masks)``, the masks (int64, a bit per variable) of those rows.
+
+    A row touches a rule when one of the rule's conditions may hold for it. A rule that must
+    see every row (strict contiguity, ``prev``) touches every row, except one run as a scan
+    (:attr:`RuleProcessor.scanned`), which sees its key's rows anyway and needs to know only
+    where a match may start.
+    """
+    n = len(frame)
+    scanned = processor.scanned
+    must_see = processor.must_see
+    for index, rule in enumerate(processor.rules):
+        if stream not in rule.streams:
+            continue
+        conditions = getattr(rule, "conditions", None)
+        if conditions is None:
+            # A rule that gives only its masks (another compiler's).
+            fits = mask_bits(rule, stream, frame)
+        else:
+            fits = [
+                (bit, condition_fits(rule, cond, stream, frame, shared))
+                for bit, cond in enumerate(conditions)
+            ]
+        if index in scanned:
+            first = processor.start_bits_of(index)
+            chosen = rows_fitting([f for bit, f in fits if (first >> bit) & 1], n)
+        elif must_see[index]:
+            chosen = np.arange(n)
+        else:
+            chosen = rows_fitting([f for _, f in fits], n)
+        if len(chosen) == 0:
+            continue
+        mask = np.zeros(len(chosen), dtype=np.int64)
+        for bit, f in fits:
+            if f is True:
+                mask |= np.int64(1) << np.int64(bit)
+            elif f is not False:
+                mask |= f[chosen].astype(np.int64) << np.int64(bit)
+        yield index, chosen, mask
+
+
+def events_frame(schema: StreamSchema, events: Sequence[Event]) -> pd.DataFrame:
+    """Validated events of one stream as the frame
+    :meth:`~cep.events.event.StreamSchema.normalise_frame` makes of the same rows: ``float``
+    fields as float64 (null as NaN), ``int`` and ``timestamp`` fields as int64 when no value
+    is null, every other column of objects (null as None)."""
+    names: dict[str, None] = {}
+    for event in events:
+        names.update(dict.fromkeys(event.fields))
+    kinds = schema.fields
+    columns: dict[str, Any] = {}
+    for name in names:
+        values = [event.fields.get(name) for event in events]
+        kind = kinds.get(name)
+        if kind == "float":
+            columns[name] = np.array([np.nan if v is None else v for v in values],
+                                     dtype=np.float64)
+        elif kind in ("int", "timestamp") and None not in values:
+            columns[name] = np.array(values, dtype=np.int64)
+        else:
+            columns[name] = pd.Series(values, dtype=object)
+    return pd.DataFrame(columns, index=pd.RangeIndex(len(events)))
+
+
+def event_touches(processor: Any, events: Sequence[Event]) -> list[list[tuple[int, int]]]:
+    """Per event, the ``(rule index, mask)`` pairs of the rules of ``processor`` it touches
+    (:func:`rule_rows`), in index order: what :meth:`RuleProcessor.run_indexed` takes."""
+    out: list[list[tuple[int, int]]] = [[] for _ in events]
+    by_stream: dict[str, list[int]] = {}
+    for position, event in enumerate(events):
+        by_stream.setdefault(event.stream, []).append(position)
+    shared: dict[tuple, np.ndarray] = {}
+    for stream, positions in by_stream.items():
+        schema = processor.schemas.get(stream)
+        if schema is None:
+            continue
+        frame = events_frame(schema, [events[p] for p in positions])
+        shared.clear()
+        for index, rows, masks in rule_rows(processor, stream, frame, shared):
+            for row, mask in zip(rows.tolist(), masks.tolist(), strict=True):
+                out[positions[row]].append((index, mask))
+    return out

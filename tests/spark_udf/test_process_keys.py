@@ -1,0 +1,182 @@
+"""The Spark operator's buckets run every key at once (``RuleProcessor.process_keys``), each event
+offered only to the rules it may touch, found column-wise (``cep.nfa.touches``): the same
+matches, dead letters and partial matches held as ``RuleProcessor.process`` called key by key, over
+random W5 rule mixes, events, micro-batches, late and bad rows; and far fewer rules looked at.
+No Spark session: the processors are those ``processor_specs`` builds for Spark.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from w5_rules import KINDS, STREAMS, rule_text
+
+from cep.engine.engine import Engine
+from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
+from spark_udf.rules import processor_specs
+
+LATENESS_MS = 5
+
+
+@st.composite
+def workload(draw):
+    """A program of one to six W5 rules, raw events (some late, some bad) and batch cuts."""
+    names = [f"r{i}" for i in range(draw(st.integers(1, 6)))]
+    program = STREAMS + "\n".join(draw(rule_text(name)) for name in names)
+    rows, ts = [], 0
+    for i in range(draw(st.integers(1, 50))):
+        ts += draw(st.integers(0, 4))
+        late = draw(st.integers(0, 12)) if draw(st.integers(0, 5)) == 0 else 0
+        key = draw(st.sampled_from(["k1", "k2", "k3", "k4"]))
+        if draw(st.integers(0, 6)) == 0:
+            rows.append({"stream": "flags", "key": key, "level": draw(st.integers(0, 3)),
+                         "ts": max(0, ts - late)})
+            continue
+        row = {
+            "stream": "ev", "id": i, "key": key, "kind": draw(st.sampled_from(KINDS)),
+            "amount": draw(st.sampled_from([0.5, 1.5, 2.0, 4.0, 6.0])),
+            "merchant": draw(st.sampled_from(["m1", "m2", None])),
+            "price": float(draw(st.integers(0, 4))), "ts": max(0, ts - late),
+        }
+        if draw(st.integers(0, 12)) == 0:
+            row["amount"] = "lots"  # a wrong type: a dead letter, the key keeps running
+        rows.append(row)
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(rows)), max_size=4))))
+    return program, rows, cuts
+
+
+def _batches(rows, cuts):
+    bounds = [0, *cuts, len(rows)]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        yield [dict(row, _seq=lo + i) for i, row in enumerate(rows[lo:hi])]
+
+
+def _by_key(processor, batch):
+    groups: dict[tuple, list[dict]] = {}
+    for row in batch:
+        for key in processor.keys_of(row):
+            groups.setdefault(key, []).append(row)
+    return groups
+
+
+def _held(state) -> tuple:
+    """What a key's state holds besides counters: per rule its partial matches, and the
+    pending events."""
+    return (sorted((name, rule.partial_count) for name, rule in state.rules.items()),
+            [event.seq for event in state.pending])
+
+
+def run(program: str, rows, cuts, together: bool):
+    """Feed the batches as a Spark bucket does (one watermark per batch, from the rows before
+    it), then end the input; the matches, dead letters, the keys holding state and
+    their partial matches after each batch, and the rules looked at."""
+    specs, _ = processor_specs(program, lateness_ms=LATENESS_MS)
+    matches, dead, states_seen, touched = [], [], [], 0
+    for spec in specs:
+        processor = spec.processor
+        states: dict[tuple, bytes | None] = {}
+        watermark = NO_WATERMARK
+        batches = [*_batches(rows, cuts), []]
+        for number, batch in enumerate(batches):
+            if number == len(batches) - 1:
+                watermark = END_OF_INPUT
+            groups = _by_key(processor, batch)
+            if number == len(batches) - 1:
+                groups = {key: [] for key in states}
+            if together:
+                outputs, results = processor.process_keys(
+                    [(key, states.get(key), events) for key, events in groups.items()],
+                    watermark,
+                )
+                matches.extend(m["match_id"] for m in outputs)
+            else:
+                results = []
+                for key, events in groups.items():
+                    result = processor.process(key, states.get(key), events, watermark)
+                    matches.extend(m["match_id"] for m in result.outputs)
+                    results.append(result)
+            for key, result in zip(groups, results, strict=True):
+                states[key] = result.state
+                dead.extend((key, d["reason"], d.get("line")) for d in result.dead_letters)
+            states_seen.append(sorted(
+                (key, _held(processor.decode(state))) for key, state in states.items()
+                if state is not None))
+            if batch:
+                watermark = max(watermark, max(
+                    r["ts"] for r in batch if isinstance(r.get("ts"), int)) - LATENESS_MS)
+        touched += processor.touched
+    return sorted(matches), sorted(dead, key=repr), states_seen, touched
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workload())
+def test_keys_together_equal_keys_one_by_one(case):
+    program, rows, cuts = case
+    alone = run(program, rows, cuts, together=False)
+    together = run(program, rows, cuts, together=True)
+    assert together[0] == alone[0]
+    assert together[1] == alone[1]
+    assert together[2] == alone[2]
+    assert together[3] <= alone[3]
+
+
+def test_keys_together_look_at_the_rules_an_event_may_touch():
+    """Fifty sequence rules over rare kinds and events of other kinds: one by one every event
+    is offered to every rule; together, almost none is."""
+    rng = random.Random(3)
+    program = STREAMS + "\n".join(
+        f'rule s{i} from ev by key pattern a b define a as kind == "rare{i}" and amount > 1, '
+        f'b as kind == "rare{i + 1}" within 1s\n'
+        for i in range(50)
+    )
+    rows = [{"stream": "ev", "id": i, "key": f"k{rng.randrange(20)}", "kind": "login",
+             "amount": 3.0, "merchant": "m", "price": 1.0, "ts": i} for i in range(400)]
+    rows[100]["kind"], rows[100]["key"] = "rare7", "k1"
+    rows[101]["kind"], rows[101]["key"] = "rare8", "k1"
+    alone = run(program, rows, [100, 250], together=False)
+    together = run(program, rows, [100, 250], together=True)
+    assert together[0] == alone[0] and len(alone[0]) == 1
+    assert alone[3] == 50 * len(rows)
+    assert together[3] <= 4  # the two rare events, each touching the two rules it names
+
+
+def test_idle_prev_states_alike_are_stored_once():
+    """Twenty strict `prev` rules idle on a key hold the same counters and history: the key's
+    state stores them once (not twenty times), decodes to the same states, and a rise spanning
+    micro-batches is still found by each rule, as the embedded engine finds it."""
+    program = STREAMS + "\n".join(
+        f"rule p{i} from ev by key pattern a b contiguity strict\n"
+        f"  define a as amount > {i + 100}, b as price > prev(price) + 1\n"
+        for i in range(20)
+    )
+    one = STREAMS + "rule p0 from ev by key pattern a b contiguity strict\n" \
+        "  define a as amount > 100, b as price > prev(price) + 1\n"
+    rows = [{"stream": "ev", "id": i, "key": "k", "kind": "login", "amount": 1.0,
+             "merchant": "m", "price": float(i % 3), "ts": i} for i in range(30)]
+    rows[20]["amount"] = 500.0  # a: starts every rule; b: the next event's rise
+    rows[21]["price"] = 9.0
+    states = {}
+    for text in (program, one):
+        specs, _ = processor_specs(text, lateness_ms=LATENESS_MS)
+        processor = specs[0].processor
+        _, results = processor.process_keys([(("k",), None, [dict(r, _seq=i) for i, r in
+                                                             enumerate(rows[:15])])], 12)
+        states[text] = (processor, results[0].state)
+    processor, state = states[program]
+    assert len(state) < 3 * len(states[one][1])
+    decoded = processor.decode(state)
+    assert sorted(decoded.rules) == sorted(f"p{i}" for i in range(20))
+    assert all(st.history == decoded.rules["p0"].history and st.history for st in
+               decoded.rules.values())
+    assert processor.encode(decoded) == state
+
+    got = run(program, rows, [15], together=True)[0]
+    engine = Engine()
+    engine.register(program)
+    engine.feed_batch(pd.DataFrame(rows))
+    engine.close()
+    expected = sorted(m["match_id"] for m in engine.drain())
+    assert got == expected and len(expected) == 20
