@@ -582,7 +582,19 @@ def fire_due_keys(
     ]
     opened = _open_tables(processor, bucket) if due else None
     held = _held_so_far(processor) if due else None
-    for text, slot in due:
+    many = getattr(processor, "process_keys", None)
+    if many is not None and due:
+        # A due key's timer is at or behind the watermark: every due key moves to the
+        # watermark, in one call, the events its buffer releases offered only to the rules
+        # they may touch (as in process_bucket).
+        keys = [tuple(json.loads(text)) for text, _ in due]
+        outputs, results = many([(key, slot.state, ()) for key, (_, slot) in
+                                 zip(keys, due, strict=True)], watermark_ms)
+        records.extend(match_record(match) for match in outputs)
+        for key, (text, _), result in zip(keys, due, results, strict=True):
+            _collect(result, key, {}, records)
+            bucket.set(text, result.state, min(result.next_timer_ms, default=None))
+    for text, slot in due if many is None else ():
         key = tuple(json.loads(text))
         timer = slot.due_ms if slot.due_ms is not None else watermark_ms
         result = processor.on_timer(key, slot.state, timer, watermark_ms)
@@ -627,6 +639,38 @@ def run_key(
         results.append(processor.on_timer(key, last.state, min(due), final_watermark_ms))
 
 
+def run_keys(
+    process_keys: Any,
+    jobs: Sequence[tuple[tuple, Sequence[Mapping[str, Any]]]],
+    final_watermark_ms: int,
+) -> tuple[list[dict[str, Any]], list[list[ProcessResult]]]:
+    """:func:`run_key` for many keys at once, through
+    :meth:`~cep.nfa.processor.RuleProcessor.process_keys` (each event offered only to the
+    rules it may touch): ``(key, events)`` per key, all arriving with no watermark. Returns the
+    matches and, per key, its results (dead letters, states and timers)."""
+    keys = [key for key, _ in jobs]
+    outputs, first = process_keys([(key, None, events) for key, events in jobs], NO_WATERMARK)
+    results = [[result] for result in first]
+    rounds = 0
+    todo = list(range(len(jobs))) if final_watermark_ms > NO_WATERMARK else []
+    while todo:
+        found, later = process_keys(
+            [(keys[i], results[i][-1].state, ()) for i in todo], final_watermark_ms
+        )
+        outputs.extend(found)
+        for i, result in zip(todo, later, strict=True):
+            results[i].append(result)
+        todo = [i for i in todo if any(t <= final_watermark_ms
+                                       for t in results[i][-1].next_timer_ms)]
+        rounds += 1
+        if todo and rounds > _MAX_TIMER_ROUNDS:
+            raise OperatorConfigError(
+                f"the processor kept asking for timers at or before the watermark for key "
+                f"{keys[todo[0]]!r} ({_MAX_TIMER_ROUNDS} rounds): it does not make progress"
+            )
+    return outputs, results
+
+
 def backtest_frame(
     processor: KeyedProcessor,
     frame: pd.DataFrame,
@@ -668,8 +712,18 @@ def backtest_frame(
         arrivals = dict(zip(frame[SEQ_COLUMN].tolist(), _optional_ints(frame[ARRIVAL_COLUMN]),
                             strict=True))
     held = _held_so_far(processor)
-    for key, (key_events, key_times) in groups.items():
-        if replay is not None:
+    many = getattr(processor, "process_keys", None)
+    together = None
+    if replay is None and many is not None:
+        outputs, together = run_keys(
+            many, [(key, key_events) for key, (key_events, _) in groups.items()],
+            final_watermark_ms,
+        )
+        run.records.extend(match_record(match) for match in outputs)
+    for position, (key, (key_events, key_times)) in enumerate(groups.items()):
+        if together is not None:
+            results = together[position]
+        elif replay is not None:
             marks = [arrivals.get(e.get(SEQ_COLUMN)) for e in key_events]
             results = [replay(key, key_events, marks, final_watermark_ms)]
         else:

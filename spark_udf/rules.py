@@ -26,6 +26,7 @@ from spark_udf.errors import OperatorConfigError
 from spark_udf.input_plan import ahead_of, clock_of, json_route, routed_layout
 from spark_udf.operator import detect, detect_plan
 from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan, check_buckets
+from spark_udf.shipped import shipped
 
 __all__ = ["ProcessorSpec", "detect_specs", "processor_specs", "route_specs"]
 
@@ -268,7 +269,8 @@ def route_specs(
         if route is None:
             return None
         route = replace(route, broadcast=spec.broadcast)
-        entries.append((route, spec.processor, routed_layout(columns, json_col, default)))
+        # Shipped as bytes built once per Python worker, not unpickled by every task.
+        entries.append((route, shipped(spec.processor), routed_layout(columns, json_col, default)))
     # A processor of one stream times every row by its time field; the rows of another
     # processor's clock-corrected stream take their corrected time instead, so that the
     # watermark is never moved by a device's clock.
