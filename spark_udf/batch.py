@@ -412,7 +412,12 @@ def process_bucket(
     held = _held_so_far(processor)
     many = getattr(processor, "process_keys", None)
     if many is not None:
-        _run_keys_together(many, bucket, groups, watermark_ms, run)
+        _run_keys_together(
+            many, bucket,
+            [(key, key_text(key), key_events, _seq_times(key_events, key_times))
+             for key, (key_events, key_times) in groups.items()],
+            watermark_ms, run.records,
+        )
     else:
         for key, (key_events, key_times) in groups.items():
             text = key_text(key)
@@ -430,27 +435,25 @@ def process_bucket(
 def _run_keys_together(
     process_keys: Any,
     bucket: BucketState,
-    groups: Mapping[tuple, tuple[list[dict[str, Any]], list[int | None]]],
+    jobs: Sequence[tuple[tuple, str, Sequence[Mapping[str, Any]], Mapping[Any, int | None]]],
     watermark_ms: int,
-    run: BucketRun,
+    records: list[dict[str, Any]],
 ) -> None:
-    """Every key of the bucket in one call (:meth:`RuleProcessor.process_keys`): the rules each
-    event may touch are found column-wise over the bucket's events, as the embedded engine's
-    rule index finds them, instead of every event being offered to every rule."""
-    if not groups:
+    """Keys of the bucket in one call (:meth:`RuleProcessor.process_keys`), ``(key, its text,
+    its new events, their times by seq)`` each: the rules each event may touch are found
+    column-wise over the keys' events, as the embedded engine's rule index finds them, instead
+    of every event being offered to every rule. Records and new states go to ``records`` and
+    ``bucket``."""
+    if not jobs:
         return
-    texts = [key_text(key) for key in groups]
-    slots = [bucket.keys.get(text) for text in texts]
     outputs, results = process_keys(
-        [(key, slot.state if slot else None, key_events)
-         for (key, (key_events, _)), slot in zip(groups.items(), slots, strict=True)],
+        [(key, slot.state if (slot := bucket.keys.get(text)) else None, events)
+         for key, text, events, _ in jobs],
         watermark_ms,
     )
-    run.records.extend(match_record(match) for match in outputs)
-    for (key, (key_events, key_times)), text, result in zip(
-        groups.items(), texts, results, strict=True
-    ):
-        _collect(result, key, _seq_times(key_events, key_times), run.records)
+    records.extend(match_record(match) for match in outputs)
+    for (key, text, _, seq_times), result in zip(jobs, results, strict=True):
+        _collect(result, key, seq_times, records)
         bucket.set(text, result.state, min(result.next_timer_ms, default=None))
 
 
@@ -583,23 +586,19 @@ def fire_due_keys(
     opened = _open_tables(processor, bucket) if due else None
     held = _held_so_far(processor) if due else None
     many = getattr(processor, "process_keys", None)
-    if many is not None and due:
+    if many is not None:
         # A due key's timer is at or behind the watermark: every due key moves to the
         # watermark, in one call, the events its buffer releases offered only to the rules
         # they may touch (as in process_bucket).
-        keys = [tuple(json.loads(text)) for text, _ in due]
-        outputs, results = many([(key, slot.state, ()) for key, (_, slot) in
-                                 zip(keys, due, strict=True)], watermark_ms)
-        records.extend(match_record(match) for match in outputs)
-        for key, (text, _), result in zip(keys, due, results, strict=True):
+        _run_keys_together(many, bucket, [(tuple(json.loads(text)), text, (), {})
+                                          for text, _ in due], watermark_ms, records)
+    else:
+        for text, slot in due:
+            key = tuple(json.loads(text))
+            timer = slot.due_ms if slot.due_ms is not None else watermark_ms
+            result = processor.on_timer(key, slot.state, timer, watermark_ms)
             _collect(result, key, {}, records)
             bucket.set(text, result.state, min(result.next_timer_ms, default=None))
-    for text, slot in due if many is None else ():
-        key = tuple(json.loads(text))
-        timer = slot.due_ms if slot.due_ms is not None else watermark_ms
-        result = processor.on_timer(key, slot.state, timer, watermark_ms)
-        _collect(result, key, {}, records)
-        bucket.set(text, result.state, min(result.next_timer_ms, default=None))
     _held_since(processor, held, (json.loads(text) for text, _ in due), records)
     _close_tables(opened, bucket, watermark_ms)
     return records
