@@ -25,6 +25,7 @@ fields; wildcards and regexes on text fields; AND, OR, NOT. Where the meanings p
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -104,6 +105,7 @@ class TantivyBatchPercolator:
         fields: Mapping[str, str],
         default_fields: Sequence[str],
         queries: Iterable[tuple[str, SearchNode]],
+        held: int | None = None,
     ) -> None:
         builder = tantivy.SchemaBuilder()
         for name, kind in fields.items():
@@ -120,9 +122,19 @@ class TantivyBatchPercolator:
         self.schema = builder.build()
         self.names: list[str] = []
         self.queries: list[Any] = []
+        #: With ``held``, the queries stay in Vigil's form and are translated ``held`` at a
+        #: time for each batch (a translated query takes ~20 kB in tantivy's Python binding:
+        #: a million do not fit in memory at once); the CPU seconds spent translating inside
+        #: :meth:`match_batch` add up here, for the caller to leave out of its timing.
+        self.held = held
+        self.translating = 0.0
+        self.pending: list[tuple[str, SearchNode]] = []
         for name, query in queries:
-            self.names.append(name)
-            self.queries.append(self.translate(query))
+            if held is None:
+                self.names.append(name)
+                self.queries.append(self.translate(query))
+            else:
+                self.pending.append((name, query))
 
     # ------------------------------------------------------------ translation
 
@@ -239,20 +251,34 @@ class TantivyBatchPercolator:
         index.reload()
         return index
 
-    def match_batch(self, documents: Sequence[Mapping[str, Any]]) -> list[list[str]]:
-        """The names of the queries matching each document, sorted, in document order."""
-        searcher = self.index(documents).searcher()
-        if searcher.num_segments > 1:
-            raise RuntimeError("the batch was indexed into more than one segment")
-        found: list[list[str]] = [[] for _ in documents]
+    @staticmethod
+    def _search(searcher: Any, names: Sequence[str], queries: Sequence[Any],
+                found: list[list[str]]) -> None:
         search = searcher.search
-        for name, query in zip(self.names, self.queries, strict=True):
+        for name, query in zip(names, queries, strict=True):
             result = search(query, FIRST_LIMIT, count=True)
             hits = result.hits
             if result.count > FIRST_LIMIT:
                 hits = search(query, result.count, count=False).hits
             for _, address in hits:
                 found[address.doc].append(name)
+
+    def match_batch(self, documents: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+        """The names of the queries matching each document, sorted, in document order."""
+        searcher = self.index(documents).searcher()
+        if searcher.num_segments > 1:
+            raise RuntimeError("the batch was indexed into more than one segment")
+        found: list[list[str]] = [[] for _ in documents]
+        if self.held is None:
+            self._search(searcher, self.names, self.queries, found)
+        for lo in range(0, len(self.pending), self.held or 1):
+            start = time.process_time()
+            part = self.pending[lo : lo + self.held]
+            names = [name for name, _ in part]
+            queries = [self.translate(query) for _, query in part]
+            self.translating += time.process_time() - start
+            self._search(searcher, names, queries, found)
+            del queries
         for names in found:
             names.sort()
         return found

@@ -76,7 +76,7 @@ from cep.errors import CheckpointError, EngineError
 from cep.events.event import Event
 from cep.metrics.operator import MetricOperator
 from cep.nfa.processor import KeyState
-from cep.nfa.state import RuleState
+from cep.nfa.state import RuleState, unshared
 from query_lang import ast
 from query_lang.printer import print_declaration
 from query_lang.tree import walk
@@ -359,6 +359,10 @@ def snapshot(engine: Any) -> bytes:
                         f"rule '{name}' runs in a runtime whose state has no to_bytes(); "
                         "only the default runtime can be checkpointed"
                     )
+                if getattr(st, "shared", False):
+                    # One object for several rules' idle states: each stored as its own,
+                    # under its own rule's fingerprint.
+                    to_bytes = unshared(engine._rules[name], st).to_bytes
                 rules.append([name, getattr(st, "dropped_partials", 0), *blob(to_bytes())])
             # KeyState.pending is only used by RuleProcessor.process (Spark): the embedded
             # engine buffers events in its own reorder buffer.

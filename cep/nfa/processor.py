@@ -27,7 +27,7 @@ from cep.events.event import (
 from cep.events.keyed import KeyedProcessorBase, ProcessResult, late_letter, validate_raw
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from cep.nfa import runtime, strict
-from cep.nfa.state import history_only, with_history
+from cep.nfa.state import history_only, unshared, with_history
 from cep.nfa.touches import event_touches as touches_of
 from query_lang import ast
 from query_lang.ast import StreamDecl
@@ -246,6 +246,13 @@ class RuleProcessor(KeyedProcessorBase):
         first = self.rules[0]
         self._keys_of = first.keys_of if getattr(first, "var_keys", None) else None
         self._start_bits = tuple(start_bits(rule) for rule in self.rules)
+        # Scanned rules with a `prev` history, by index -> what their idle states share when
+        # alike: the history's depth and the streams moving it (see RuleState.shared).
+        self._share_sig: dict[int, tuple[int, frozenset[str]]] = {
+            i: (self.rules[i].prev_depth, frozenset(self.rules[i].streams))
+            for i in self._fast if self.rules[i].prev_depth
+        }
+        self._share_by_name = {self.rules[i].name: sig for i, sig in self._share_sig.items()}
         self._rule_by_name = {rule.name: rule for rule in self.rules}
         # The rules and their versions, as a key's state records them beside pending events.
         self._rules_list = [[rule.name, rule.version] for rule in self.rules]
@@ -410,6 +417,8 @@ class RuleProcessor(KeyedProcessorBase):
             for (key, state, st, events), key_bits in zip(work, bits, strict=True):
                 if st is None:
                     st = state.rules[rule.name] = new_state(rule, key)
+                elif st.shared:
+                    st = state.rules[rule.name] = unshared(rule, st)
                 self.touched += len(events)
                 found = strict.process_events(rule, st, events, key_bits)
                 if found:
@@ -492,61 +501,81 @@ class RuleProcessor(KeyedProcessorBase):
         slots: Sequence[int],
     ) -> None:
         """The scanned rules' part of :meth:`run_indexed`: ``(key, state, items, firsts)`` per
-        key, ``firsts`` the position in ``items`` of the first event that may start each rule."""
+        key, ``firsts`` the position in ``items`` of the first event that may start each rule.
+
+        A key's idle ``prev`` rules alike (same streams and depth, same counters and history)
+        hold one shared state (:attr:`RuleState.shared`), moved once per key here; a rule
+        that leaves the idle path takes its own copy first, and rejoins the shared state when
+        its scan leaves it equal to it."""
+        rules = self.rules
         new_state = self.runtime.new_state
-        # Per key, its events' one stream (None: several).
-        streams_of = [
-            present.pop() if len(present := {e.stream for e, _, _ in items}) == 1 else None
-            for _, _, items, _ in scans
-        ]
-        narrowest = [min(w for _, _, w in items) for _, _, items, _ in scans]
-        plain = [[e for e, _, _ in items] for _, _, items, _ in scans]
-        # Per key and depth, the history every idle rule reading all the key's events ends
-        # with: one list, shared (the scan replaces a history, never changes it in place).
-        tails: list[dict[int, list]] = [{} for _ in scans]
-        last_times = [int(everything[-1].ts) for everything in plain]
+        share = self._share_sig
+        newest_slot = max(slots[i] for i in self._fast)
+        keys = [_KeyScan(key, state, items, firsts) for key, state, items, firsts in scans]
+        for ks in keys:
+            # A shared state is moved in place by the first of its rules on the idle path:
+            # the others leaving that path copy it before.
+            held = ks.held
+            for index in self._fast if ks.width <= newest_slot else ks.firsts:
+                if index in share:
+                    st = held.get(rules[index].name)
+                    if st is not None and st.shared:
+                        held[rules[index].name] = unshared(rules[index], st)
+        rejoin = []
         for index in sorted(self._fast):
-            rule = self.rules[index]
+            rule = rules[index]
             name, streams, depth, slot = rule.name, rule.streams, rule.prev_depth, slots[index]
+            sig = share.get(index)
             own = frozenset(streams)
             work = []
-            for (key, state, items, firsts), present, width, everything, tail, last_ts in zip(
-                scans, streams_of, narrowest, plain, tails, last_times, strict=True
-            ):
-                st = state.rules.get(name)
-                first = firsts.get(index)
-                if first is None and width > slot and present in own and (
+            for ks in keys:
+                held = ks.held
+                st = held.get(name)
+                if st is not None and st.shared and st in ks.moved:
+                    continue  # moved already, once for all the rules sharing it
+                first = ks.firsts.get(index)
+                everything = ks.everything
+                if first is None and ks.width > slot and ks.present in own and (
                     st is None and depth or st is not None and st.key is not None
                     and not (st._runs or st.lazy_runs)
                 ):
                     # Idle, and every event of the key is the rule's: strict.pass_over inlined
                     # (the hot path of many `prev` rules: counters and history move).
+                    shareable = sig is not None and (st is None or st.shared)
                     if st is None:
-                        st = state.rules[name] = new_state(rule, key)
+                        if shareable:
+                            made = ks.made.get(sig)
+                            if made is not None:
+                                held[name] = made
+                                made.shared = True
+                                continue
+                        st = held[name] = new_state(rule, key=ks.key)
                     n = len(everything)
                     st.pos += n
                     st.events_seen += n
-                    st.last_ts = last_ts
+                    st.last_ts = ks.last_ts
                     if depth:
                         if n >= depth:
-                            shared = tail.get(depth)
-                            if shared is None:
-                                shared = tail[depth] = [e.fields for e in everything[-depth:]]
-                            st.history = shared
+                            st.history = ks.tail(depth)
                         else:
                             st.history = (st.history + [e.fields for e in everything])[-depth:]
                     elif st.is_empty:
-                        self._retire(state.rules, name)
+                        self._retire(held, name)
+                    if shareable:
+                        ks.moved.add(st)
+                        ks.newest[sig] = st
+                        if not st.shared:
+                            ks.made[sig] = st
                     continue
                 live = st is not None and (st._runs or st.lazy_runs)
                 if first is None and not live and st is None and not depth:
                     continue  # nothing to start or advance, and no state to keep
-                if width > slot and present in own:
+                if ks.width > slot and ks.present in own:
                     events = everything
                 else:
                     # Other streams' events, or events that arrived before the rule did.
                     kept = [
-                        (position, e) for position, (e, _, w) in enumerate(items)
+                        (position, e) for position, (e, _, w) in enumerate(ks.items)
                         if w > slot and e.stream in streams
                     ]
                     events = [e for _, e in kept]
@@ -555,29 +584,30 @@ class RuleProcessor(KeyedProcessorBase):
                 if not events:
                     continue
                 if st is None:
-                    st = state.rules[name] = new_state(rule, key)
+                    st = held[name] = new_state(rule, ks.key)
+                elif st.shared:
+                    st = held[name] = unshared(rule, st)
                 lo = 0 if live or first is None else first
                 if first is None and not live:
                     # No run to advance and none to start: the events only move the counters
                     # and the history.
                     shared = None
                     if depth and events is everything and len(events) >= depth:
-                        shared = tail.get(depth)
-                        if shared is None:
-                            shared = tail[depth] = [e.fields for e in events[-depth:]]
+                        shared = ks.tail(depth)
                     strict.pass_over(rule, st, events, shared)
                     if not depth and st.is_empty:
-                        self._retire(state.rules, name)
+                        self._retire(held, name)
                     continue
                 if lo:
                     strict.pass_over(rule, st, events[:lo])
                     events = events[lo:]
-                work.append((key, state, st, events))
+                work.append((ks, st, events))
             if not work:
                 continue
-            bits = strict.condition_bits(rule, [(st.history, ev) for _, _, st, ev in work])
-            for (_key, state, st, events), key_bits in zip(work, bits, strict=True):
+            bits = strict.condition_bits(rule, [(st.history, ev) for _, st, ev in work])
+            for (ks, st, events), key_bits in zip(work, bits, strict=True):
                 self.touched += len(events)
+                state = ks.state
                 found = strict.process_events(rule, st, events, key_bits)
                 if found:
                     self._report(outputs, found, rule, state)
@@ -586,11 +616,23 @@ class RuleProcessor(KeyedProcessorBase):
                     self._retire(state.rules, name)
                     if busy is not None:
                         busy.pop(name, None)
-                elif busy is not None:
-                    if _idle(st):
+                    continue
+                if _idle(st):
+                    if busy is not None:
                         busy.pop(name, None)
-                    else:
-                        busy[name] = None
+                    if sig is not None:
+                        rejoin.append((ks, name, sig, st))
+                elif busy is not None:
+                    busy[name] = None
+        for ks, name, sig, st in rejoin:
+            # A scan that left the rule where its idle fellows are: one state again.
+            target = ks.newest.get(sig)
+            if (
+                target is not None and target is not st and ks.held.get(name) is st
+                and st.history == target.history and history_only(st) == history_only(target)
+            ):
+                ks.held[name] = target
+                target.shared = True
 
     def scan_streams(self) -> frozenset[str]:
         """Streams whose rows may be run column-wise by :meth:`run_columns`: every rule of
@@ -654,6 +696,8 @@ class RuleProcessor(KeyedProcessorBase):
         for (key, state, lo, hi), st in zip(segments, states, strict=True):
             if st is None:
                 st = state.rules[name] = new_state(rule, key)
+            elif st.shared:
+                st = state.rules[name] = unshared(rule, st)
             self.touched += hi - lo
             found = strict.process_events(rule, st, block.view(lo, hi), bits[lo:hi], times[lo:hi])
             if found:
@@ -676,6 +720,7 @@ class RuleProcessor(KeyedProcessorBase):
         by_stream = self._by_stream
         must_see = self._must_see
         start = self._start_bits
+        shares = self._share_sig
         touched = 0
         for event, masks in items:
             for index, rule in by_stream.get(event.stream, ()):
@@ -696,6 +741,8 @@ class RuleProcessor(KeyedProcessorBase):
                 st = rule_states.get(rule.name)
                 if st is None:
                     st = rule_states[rule.name] = new_state(rule, key)
+                elif index in shares and st.shared:
+                    st = rule_states[rule.name] = unshared(rule, st)
                 found = process_event(rule, st, event, mask)
                 if found:
                     self._report(outputs, found, rule, state)
@@ -905,8 +952,14 @@ class RuleProcessor(KeyedProcessorBase):
         # the same events have) are stored once, with the rules sharing them.
         idle: dict[tuple, list[tuple[list, list[Any]]]] = {}
         stored = 0
+        rows: dict[int, tuple | None] = {}
         for name, st in state.rules.items():
-            row = history_only(st)
+            if st.__class__ is runtime.RuleState and st.shared:
+                row = rows.get(id(st), False)
+                if row is False:
+                    row = rows[id(st)] = history_only(st)
+            else:
+                row = history_only(st)
             if row is not None:
                 version = self._rule_by_name[name].version
                 alike = idle.setdefault(row, [])
@@ -987,12 +1040,24 @@ class RuleProcessor(KeyedProcessorBase):
             if isinstance(exc, StateError):
                 raise
             raise StateError(f"corrupted key state: {exc}") from None
+        share_by_name = self._share_by_name
         for *row, history, members in extra.get("idle", ()):
+            made: dict[tuple, Any] = {}
             for position in range(0, len(members), 2):
                 name, rule_version = members[position], members[position + 1]
                 rule = self._rule_by_name.get(name)
-                if rule is not None and rule.version == rule_version:
-                    ks.rules[name] = with_history(rule, row, history)
+                if rule is None or rule.version != rule_version:
+                    continue
+                sig = share_by_name.get(name)
+                st = None if sig is None else made.get(sig)
+                if st is None:
+                    st = with_history(rule, row, history)
+                    if sig is not None:
+                        made[sig] = st
+                else:
+                    # Scanned rules alike hold one state until one of them leaves it.
+                    st.shared = True
+                ks.rules[name] = st
         ks.max_ts = {str(k): int(v) for k, v in extra["max_ts"].items()}
         ks.pending = [
             Event(id=i, stream=s, ts=int(t), seq=int(q), fields=f)
@@ -1034,6 +1099,44 @@ class RuleProcessor(KeyedProcessorBase):
             dead_letters=dead,
             next_timer_ms=[] if due is None else [due],
         )
+
+
+class _KeyScan:
+    """One key's part of :meth:`RuleProcessor._scan_indexed`: its events, the first event that
+    may start each rule, and what its idle rules share during the call."""
+
+    __slots__ = (
+        "key", "state", "held", "items", "firsts", "everything", "present", "width",
+        "last_ts", "tails", "moved", "made", "newest",
+    )
+
+    def __init__(self, key: tuple, state: KeyState, items: Sequence[Any], firsts: dict) -> None:
+        self.key = key
+        self.state = state
+        self.held = state.rules
+        self.items = items
+        self.firsts = firsts
+        self.everything = [e for e, _, _ in items]
+        streams = {e.stream for e in self.everything}
+        #: The one stream of the key's events (None: several).
+        self.present = streams.pop() if len(streams) == 1 else None
+        #: The engine's slots when the key's earliest event arrived.
+        self.width = min(w for _, _, w in items)
+        self.last_ts = int(self.everything[-1].ts)
+        self.tails: dict[int, list] = {}
+        #: Shared states moved this call; per sharing signature the state new rules of the
+        #: key join, and the newest shared state (what a rule's scan may rejoin).
+        self.moved: set[Any] = set()
+        self.made: dict[tuple, Any] = {}
+        self.newest: dict[tuple, Any] = {}
+
+    def tail(self, depth: int) -> list:
+        """The history every idle rule of ``depth`` reading all the key's events ends with:
+        one list, shared (a history is replaced, never changed in place)."""
+        shared = self.tails.get(depth)
+        if shared is None:
+            shared = self.tails[depth] = [e.fields for e in self.everything[-depth:]]
+        return shared
 
 
 def must_see_every_event(rule: Any) -> bool:

@@ -29,6 +29,7 @@ from cep.nfa.state import (
     count_members,
     join_cohorts,
     new_state,
+    settle,
 )
 
 __all__ = [
@@ -338,6 +339,8 @@ def process_event(
         state.history.append(event.fields)
         if len(state.history) > rule.prev_depth:
             del state.history[0]
+    if rule.contiguity == "strict":
+        settle(state)
     return emitter.out
 
 
@@ -354,6 +357,8 @@ def advance_watermark(rule: CompiledRule, state: RuleState, watermark_ms: float)
     _fire(rule, state, watermark_ms, emitter)
     if watermark_ms == _INF:
         state.history = []
+    if rule.contiguity == "strict":
+        settle(state)
     return emitter.out
 
 
@@ -646,6 +651,8 @@ def _strict_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
     found: list[tuple[_Binding, int | None]] = []
     fits = ev.fits
     if event.pos >= state.resume and any(fits(rows[letter][0], None) for letter in starts):
+        if not (state.runs or state.cohorts or state.held or state.absences):
+            state.born = 0  # runs alive together are ordered; with none, count afresh
         state.born += 1
         entries = [(letter, None, _NO_GUARDS) for letter in starts]
         state.runs.append(_StrictRun(event.pos, event.ts, entries, born=state.born))

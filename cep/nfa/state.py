@@ -20,7 +20,7 @@ from cep.nfa.compiler import CompiledRule
 from cep.nfa.errors import StateFormatError
 from sketches.codec import StateCodec
 
-__all__ = ["RuleState", "history_only", "new_state", "with_history"]
+__all__ = ["RuleState", "history_only", "new_state", "settle", "unshared", "with_history"]
 
 _FRAME = dict(
     fields="8s",
@@ -395,6 +395,12 @@ class RuleState:
     ----------
     dropped_partials:
         Partial matches dropped because the key hit ``max_partials`` (oldest first).
+    shared:
+        True when the object may stand for several rules of a key at once: idle ``prev``
+        states alike (the same counters and history, of rules with the same streams and
+        ``prev`` depth) are one object, moved once per batch (:meth:`cep.nfa.processor.
+        RuleProcessor.run_indexed`). Whoever changes a state otherwise takes its own copy first
+        (:func:`unshared`). Not part of the stored state.
 
     Examples
     --------
@@ -427,7 +433,7 @@ class RuleState:
     __slots__ = (
         "key", "pos", "watermark", "resume", "dropped_partials", "cohorts", "held",
         "absences", "_runs", "lazy_runs", "history", "born", "held_ids", "last_ts",
-        "events_seen", "fingerprint", "within",
+        "events_seen", "fingerprint", "within", "shared",
     )
 
     def __init__(self, fingerprint: bytes = b"\0" * 8, within: int | None = None) -> None:
@@ -451,6 +457,7 @@ class RuleState:
         self.held_ids = 0
         self.last_ts: int | None = None
         self.events_seen = 0
+        self.shared = False
 
     @property
     def runs(self) -> list[_StrictRun]:
@@ -507,7 +514,16 @@ class RuleState:
         return int(min(finite)) + 1 if finite else None
 
     def to_bytes(self) -> bytes:
-        """A compact, versioned encoding (header + JSON body); events stored once."""
+        """A compact, versioned encoding (header + JSON body); events stored once.
+
+        Raises
+        ------
+        ValueError
+            For a :attr:`shared` state, which stands for several rules: encode each rule's
+            own (:func:`unshared`), under that rule's fingerprint.
+        """
+        if self.shared:
+            raise ValueError("a shared rule state is stored per rule: unshared(rule, state)")
         return _encode(self)
 
     @classmethod
@@ -562,6 +578,29 @@ def with_history(rule: CompiledRule, row: Sequence[Any], history: Sequence[Any])
     state.events_seen = seen
     state.history = list(history)
     return state
+
+
+def settle(state: RuleState) -> None:
+    """Forget what cannot matter any more, so that states that will behave alike are equal
+    (and idle ones can be shared): ``born`` only orders the runs alive together, so a state
+    with none restarts it at 0; a ``resume`` position the key's events have passed skips
+    nothing, so it becomes 0. Strict rules' paths (the per-event runtime and the scan) call it
+    at the end of every call, and restart ``born`` when a run is born with none alive."""
+    if not (state.cohorts or state.held or state.absences or state._runs or state.lazy_runs):
+        state.born = 0
+    if state.resume and state.resume <= state.pos:
+        state.resume = 0
+
+
+def unshared(rule: CompiledRule, state: RuleState) -> RuleState:
+    """``state`` itself, or when it is :attr:`RuleState.shared` a copy of its own for
+    ``rule`` (a shared state holds only counters and a history)."""
+    if not state.shared:
+        return state
+    row = history_only(state)
+    if row is None:
+        raise ValueError("a shared rule state holds more than a prev history")
+    return with_history(rule, row, state.history)
 
 
 # ---------------------------------------------------------------- bytes

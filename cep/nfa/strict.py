@@ -29,7 +29,7 @@ from cep.nfa.compiler import CompiledRule, prev_column
 from cep.nfa.errors import OutOfOrderEventError
 from cep.nfa.match import Match, build_match
 from cep.nfa.runtime import _NO_GUARDS, _enforce_caps, _resume_after, _strict_table
-from cep.nfa.state import RuleState, _Binding, _Event, _StrictRun
+from cep.nfa.state import RuleState, _Binding, _Event, _StrictRun, settle
 
 __all__ = ["block_bits", "condition_bits", "pass_over", "process_events", "qualifies"]
 
@@ -584,6 +584,9 @@ def process_events(
     watermark = state.watermark
     pos = state.pos
     born = state.born
+    # Runs alive together are ordered by birth; with none alive, births count afresh (as the
+    # per-event runtime counts them).
+    quiet = not (state.cohorts or state.held or state.absences)
 
     def emit(found: list[_Run], runs: list[_Run]) -> list[_Run]:
         # Runs end in start order and each start has one run: that is preference order.
@@ -620,6 +623,8 @@ def process_events(
                 )
         b = bits[i]
         if pos >= state.resume and b & start_bits:
+            if quiet and not runs:
+                born = 0
             born += 1
             runs.append(_Run(pos, ts, born, sig0, i, (None,), None, 0))
         alive: list[_Run] = []
@@ -681,6 +686,7 @@ def pass_over(
         if history is None:
             history = (state.history + [e.fields for e in events[-depth:]])[-depth:]
         state.history = history
+    settle(state)
 
 
 def _finish(
@@ -698,3 +704,4 @@ def _finish(
     if depth and upto:
         history = state.history + [e.fields for e in scan.events[max(0, upto - depth) : upto]]
         state.history = history[-depth:]
+    settle(state)

@@ -145,7 +145,7 @@ def test_keys_together_look_at_the_rules_an_event_may_touch():
 
 def test_idle_prev_states_alike_are_stored_once():
     """Twenty strict `prev` rules idle on a key hold the same counters and history: the key's
-    state stores them once (not twenty times), decodes to the same states, and a rise spanning
+    state stores them once (not twenty times), decodes to one shared state, and a rise spanning
     micro-batches is still found by each rule, as the embedded engine finds it."""
     program = STREAMS + "\n".join(
         f"rule p{i} from ev by key pattern a b contiguity strict\n"
@@ -171,6 +171,9 @@ def test_idle_prev_states_alike_are_stored_once():
     assert sorted(decoded.rules) == sorted(f"p{i}" for i in range(20))
     assert all(st.history == decoded.rules["p0"].history and st.history for st in
                decoded.rules.values())
+    # Decoded as one object, which the rules share until one of them leaves it.
+    assert len({id(st) for st in decoded.rules.values()}) == 1
+    assert decoded.rules["p0"].shared
     assert processor.encode(decoded) == state
 
     got = run(program, rows, [15], together=True)[0]

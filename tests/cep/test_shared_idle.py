@@ -1,0 +1,150 @@
+"""Idle strict ``prev`` rules alike share one state per key (``RuleState.shared``).
+
+Many strict rules reading ``prev`` keep, on every key, a state that only counts events and
+holds the last few; rules with the same streams and depth that saw the same events hold one
+object, moved once per key and batch. These tests hold that sharing invisible: the same
+matches in the same order and the same per-rule state bytes as the baseline without a rule
+index (which never shares), through rules of two depths registered in different batches,
+removed, checkpointed and restored. (The Spark operator's side, alike states stored once and
+decoded as one object: ``tests/spark_udf/test_process_keys.py``.)
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from w5_rules import STREAMS
+
+from cep.engine import Engine
+from cep.nfa.state import unshared
+
+# A relaxed rule beside the strict ones keeps the stream off the column route, so that the
+# strict rules run through the rule index's scan (see cep.engine.column_route).
+RELAXED = ("rule relaxed from ev by key pattern a b\n"
+           "  define a as amount > 5, b as price > prev(price) + 1\n")
+
+
+def prev_rule(name: str, above: int, rise: int, depth: int) -> str:
+    back = "prev(price)" if depth == 1 else f"prev(price, {depth})"
+    return (f"rule {name} from ev by key pattern a b contiguity strict\n"
+            f"  define a as amount > {above}, b as price > {back} + {rise}\n")
+
+
+@st.composite
+def workload(draw):
+    """Strict prev rules (text, batch registered at, batch removed at or None), events on
+    three keys, and batch cuts."""
+    n_events = draw(st.integers(5, 60))
+    rows, ts = [], 0
+    for i in range(n_events):
+        ts += draw(st.integers(0, 3))
+        rows.append({
+            "stream": "ev", "id": i, "key": draw(st.sampled_from(["k1", "k2", "k3"])),
+            "kind": "login", "amount": float(draw(st.sampled_from([1.0, 1.0, 1.0, 4.0, 9.0]))),
+            "merchant": "m", "price": float(draw(st.integers(0, 4))), "ts": ts,
+        })
+    cuts = sorted(set(draw(st.lists(st.integers(1, n_events), max_size=4))))
+    batches = len(cuts) + 1
+    rules = []
+    for i in range(draw(st.integers(2, 10))):
+        text = prev_rule(f"p{i}", draw(st.sampled_from([2, 5, 8])), draw(st.integers(0, 2)),
+                         draw(st.sampled_from([1, 1, 2])))
+        start = draw(st.integers(0, batches - 1)) if draw(st.integers(0, 3)) == 0 else 0
+        stop = draw(st.integers(start + 1, batches)) if draw(st.integers(0, 5)) == 0 else None
+        rules.append((text, start, stop))
+    return rules, rows, cuts
+
+
+def states_of(engine: Engine) -> dict:
+    """Per key, each rule's state bytes (a shared state's, as each rule stores it)."""
+    return {
+        key: {name: unshared(engine._rules[name], st).to_bytes()
+              for name, st in state.rules.items()}
+        for group in engine._groups.values() for key, state in group.states.items()
+    }
+
+
+def shared_objects(engine: Engine) -> int:
+    """How many (rule, key) states are held by an object another rule of the key holds."""
+    total = 0
+    for group in engine._groups.values():
+        for state in group.states.values():
+            held = [st for name, st in state.rules.items() if name != "relaxed"]
+            total += len(held) - len({id(st) for st in held})
+    return total
+
+
+def run(index: str, rules, rows, cuts, checkpoint_at=None):
+    """Feed ``rows`` cut at ``cuts``; the matches in order, the state bytes after each batch,
+    and the most states shared at once. With ``checkpoint_at``, the engine is checkpointed
+    after that batch and a new engine restored from it runs the rest."""
+    engine = Engine(rule_index=index)
+    engine.register(STREAMS + RELAXED)
+    bounds = [0, *cuts, len(rows)]
+    out, states, shared = [], [], 0
+    for number, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        for i, (text, start, stop) in enumerate(rules):
+            if stop == number:
+                engine.unregister(f"p{i}")
+            if start == number:
+                engine.register(text)
+        if hi > lo:
+            engine.feed_batch(pd.DataFrame(rows[lo:hi]))
+        out.extend(engine.drain())
+        states.append(states_of(engine))
+        shared = max(shared, shared_objects(engine))
+        if number == checkpoint_at:
+            data = engine.snapshot()
+            engine = Engine(rule_index=index)
+            engine.register(STREAMS + RELAXED + "".join(
+                text for text, start, stop in rules
+                if start <= number and (stop is None or stop > number)))
+            engine.restore(data)
+    engine.close()
+    out.extend(engine.drain())
+    return out, states, shared
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=workload())
+def test_shared_states_change_nothing_a_user_or_a_checkpoint_sees(case):
+    rules, rows, cuts = case
+    base, base_states, never = run("none", rules, rows, cuts)
+    got, got_states, _ = run("starts", rules, rows, cuts)
+    assert never == 0  # the baseline shares nothing
+    assert got == base
+    assert got_states == base_states
+
+
+def test_alike_rules_hold_one_state_per_key():
+    """Thirty rules on three keys: after the first batch each key holds one state object for
+    the rules no event started, still one after more batches with a few starts and matches,
+    and a checkpoint taken then restores the same matches and states as a run without it."""
+    rules = [(prev_rule(f"p{i}", 2 + i, 0, 1), 0, None) for i in range(30)]
+    rows = []
+    for i in range(90):
+        rows.append({"stream": "ev", "id": i, "key": f"k{i % 3}", "kind": "login",
+                     "amount": 1.0, "merchant": "m", "price": float(i % 4), "ts": i})
+    rows[40]["amount"] = 12.5  # starts p0..p10 on k1 (12.5 > 2 + i for i <= 10)
+    rows[43]["price"] = 9.0    # the next k1 event rises: eleven matches
+    cuts = [30, 60]
+    base, base_states, _ = run("none", rules, rows, cuts)
+    got, got_states, shared = run("starts", rules, rows, cuts)
+    assert got == base and len([m for m in got if m["name"] != "relaxed"]) == 11
+    assert got_states == base_states
+    assert shared >= 3 * 29  # thirty rules, one object per key
+
+    engine = Engine()
+    engine.register(STREAMS + RELAXED + "".join(text for text, _, _ in rules))
+    engine.feed_batch(pd.DataFrame(rows[:60]))
+    for group in engine._groups.values():
+        for key, state in group.states.items():
+            held = {id(st) for name, st in state.rules.items() if name != "relaxed"}
+            # k1's eleven started rules ran their own scans, and rejoined when they found
+            # nothing more (counters and history equal again); the others never left.
+            assert len(held) <= (2 if key == ("k1",) else 1), key
+
+    again, again_states, _ = run("starts", rules, rows, cuts, checkpoint_at=0)
+    assert again == base
+    assert again_states == base_states
