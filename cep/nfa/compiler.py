@@ -73,10 +73,15 @@ class BatchCondition:
         partition, null before the first event.
     reads:
         ``(field, n)`` pairs the evaluation reads: ``n == 0`` for the current event.
+    text:
+        The condition's text when it reads nothing but the event's fields and ``prev`` (no
+        list, table or search): equal texts over the same streams give equal results, so
+        rules alike evaluate them once. None otherwise.
     """
 
     evaluate: Callable[[pd.DataFrame], np.ndarray]
     reads: tuple[tuple[str, int], ...]
+    text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -403,7 +408,8 @@ def _batch_condition(
         if columnar is not None and not prev_names
         else compiler.compile_columnar_predicate(rewritten, scope)
     )
-    return BatchCondition(evaluate, reads)
+    named = any(isinstance(n, ast.InList | ast.Lookup | ast.Search) for n in ast.walk(expr))
+    return BatchCondition(evaluate, reads, None if named else ast.print_expr(expr))
 
 
 def _prefilter(compiler: Any, expr: ast.Expr, scope: Any) -> tuple[Any, ast.Expr | None]:

@@ -253,6 +253,16 @@ class RuleProcessor(KeyedProcessorBase):
             for i in self._fast if self.rules[i].prev_depth
         }
         self._share_by_name = {self.rules[i].name: sig for i, sig in self._share_sig.items()}
+        self._fast_by_name = {self.rules[i].name: i for i in self._fast}
+        self._fast_order = tuple(sorted(self._fast))
+        self._fast_names = frozenset(self._fast_by_name)
+        bits_sigs = {i: strict.bits_signature(self.rules[i]) for i in self._fast}
+        alike = Counter(bits_sigs.values())
+        #: Scanned rule index -> its bits signature, when another rule has the same one (their
+        #: condition bits are computed once per key and batch).
+        self._bits_sig = {
+            i: sig for i, sig in bits_sigs.items() if sig is not None and alike[sig] > 1
+        }
         self._rule_by_name = {rule.name: rule for rule in self.rules}
         # The rules and their versions, as a key's state records them beside pending events.
         self._rules_list = [[rule.name, rule.version] for rule in self.rules]
@@ -504,43 +514,55 @@ class RuleProcessor(KeyedProcessorBase):
         key, ``firsts`` the position in ``items`` of the first event that may start each rule.
 
         A key's idle ``prev`` rules alike (same streams and depth, same counters and history)
-        hold one shared state (:attr:`RuleState.shared`), moved once per key here; a rule
-        that leaves the idle path takes its own copy first, and rejoins the shared state when
-        its scan leaves it equal to it."""
+        hold one shared state (:attr:`RuleState.shared`), moved once per key here
+        (:meth:`_visits`) and not looked at by its rules unless an event may start them. Such
+        a rule's scan reads its condition bits first (computed once per key for rules with the
+        same conditions, :class:`_BitsWanted`): when its runs end within the call and report
+        nothing (:func:`strict.stays_idle`), the shared state is where the scan leaves it;
+        otherwise it takes its own copy, runs, and rejoins the shared state when its scan
+        leaves it equal to it."""
         rules = self.rules
         new_state = self.runtime.new_state
         share = self._share_sig
         newest_slot = max(slots[i] for i in self._fast)
         keys = [_KeyScan(key, state, items, firsts) for key, state, items, firsts in scans]
+        visits: dict[int, list[_KeyScan]] = {}
         for ks in keys:
-            # A shared state is moved in place by the first of its rules on the idle path:
-            # the others leaving that path copy it before.
-            held = ks.held
-            for index in self._fast if ks.width <= newest_slot else ks.firsts:
-                if index in share:
-                    st = held.get(rules[index].name)
-                    if st is not None and st.shared:
-                        held[rules[index].name] = unshared(rules[index], st)
+            for index in self._visits(ks, newest_slot):
+                visits.setdefault(index, []).append(ks)
         rejoin = []
-        for index in sorted(self._fast):
+        for index in self._fast_order:
+            visited = visits.get(index)
+            if not visited:
+                continue
             rule = rules[index]
             name, streams, depth, slot = rule.name, rule.streams, rule.prev_depth, slots[index]
             sig = share.get(index)
+            bsig = self._bits_sig.get(index)
             own = frozenset(streams)
+            # Per key: (key scan, state, events to run, bits source, cut, shared state): the
+            # source from `wanted`, the events starting at `cut` in it.
             work = []
-            for ks in keys:
+            wanted = _BitsWanted(bsig)
+            for ks in visited:
                 held = ks.held
                 st = held.get(name)
-                if st is not None and st.shared and st in ks.moved:
-                    continue  # moved already, once for all the rules sharing it
                 first = ks.firsts.get(index)
                 everything = ks.everything
+                if st is not None and st in ks.moved:
+                    if first is None:
+                        continue  # moved already, once for all the rules sharing it
+                    # An event may start the rule: run its bits first, and copy the shared
+                    # state only when the scan does more than move it.
+                    history = ks.before[id(st)][1]
+                    work.append((ks, None, everything[first:],
+                                 wanted.add(ks, history, everything), first, st))
+                    continue
                 if first is None and ks.width > slot and ks.present in own and (
                     st is None and depth or st is not None and st.key is not None
                     and not (st._runs or st.lazy_runs)
                 ):
-                    # Idle, and every event of the key is the rule's: strict.pass_over inlined
-                    # (the hot path of many `prev` rules: counters and history move).
+                    # Idle, and every event of the key is the rule's.
                     shareable = sig is not None and (st is None or st.shared)
                     if st is None:
                         if shareable:
@@ -550,16 +572,8 @@ class RuleProcessor(KeyedProcessorBase):
                                 made.shared = True
                                 continue
                         st = held[name] = new_state(rule, key=ks.key)
-                    n = len(everything)
-                    st.pos += n
-                    st.events_seen += n
-                    st.last_ts = ks.last_ts
-                    if depth:
-                        if n >= depth:
-                            st.history = ks.tail(depth)
-                        else:
-                            st.history = (st.history + [e.fields for e in everything])[-depth:]
-                    elif st.is_empty:
+                    self._move_idle(ks, st, depth)
+                    if not depth and st.is_empty:
                         self._retire(held, name)
                     if shareable:
                         ks.moved.add(st)
@@ -598,15 +612,34 @@ class RuleProcessor(KeyedProcessorBase):
                     if not depth and st.is_empty:
                         self._retire(held, name)
                     continue
+                if bsig is not None and events is everything:
+                    source = wanted.add(ks, st.history, everything)
+                    cut = lo
+                else:
+                    source = None
+                    cut = 0
                 if lo:
                     strict.pass_over(rule, st, events[:lo])
                     events = events[lo:]
-                work.append((ks, st, events))
+                if source is None:
+                    source = wanted.add(ks, st.history, events)
+                work.append((ks, st, events, source, cut, None))
             if not work:
                 continue
-            bits = strict.condition_bits(rule, [(st.history, ev) for _, st, ev in work])
-            for (ks, st, events), key_bits in zip(work, bits, strict=True):
+            wanted.compute(rule)
+            for ks, st, events, source, cut, shared in work:
+                key_bits = wanted.bits(source, cut)
                 self.touched += len(events)
+                if shared is not None:
+                    row, history = ks.before[id(shared)]
+                    if (row is None or row[3] == 0) and strict.stays_idle(rule, key_bits):
+                        continue  # the shared state, moved already, is where the scan ends
+                    st = ks.held[name] = (
+                        new_state(rule, ks.key) if row is None
+                        else with_history(rule, row, history)
+                    )
+                    if cut:
+                        strict.pass_over(rule, st, ks.everything[:cut])
                 state = ks.state
                 found = strict.process_events(rule, st, events, key_bits)
                 if found:
@@ -633,6 +666,85 @@ class RuleProcessor(KeyedProcessorBase):
             ):
                 ks.held[name] = target
                 target.shared = True
+
+    def _visits(self, ks: _KeyScan, newest_slot: int) -> Iterable[int]:
+        """The scanned rules :meth:`_scan_indexed` looks at on ``ks``'s key, once the key's
+        idle states shared by rules alike are moved (each once) and the rules of such a group
+        new to the key given one moved state together: the rules an event may start, those
+        holding a state of their own, and the rest that share nothing. A rule on the shared
+        idle path is not looked at, so a key costs one move per sharing signature however
+        many rules share it. A rule an event may start keeps the shared state for now: its
+        scan copies it only when it does more than move it (``ks.before`` keeps what to copy)."""
+        rules = self.rules
+        held = ks.held
+        share_by_name = self._share_by_name
+        if ks.width <= newest_slot:
+            # Some rules arrived after some of the key's events: each rule on its own.
+            for index in self._fast:
+                name = rules[index].name
+                st = held.get(name)
+                if st is not None and st.shared:
+                    held[name] = unshared(rules[index], st)
+            return self._fast
+        visit = set(ks.firsts)
+        fast_by_name = self._fast_by_name
+        present = ks.present
+        moved = ks.moved
+        # One pass in comprehensions (a key holds a state per rule): the fast rules holding
+        # their own states, and the shared states with one of their rules each.
+        alone = [name for name, st in held.items() if not st.shared]
+        visit.update(fast_by_name[name] for name in self._fast_names.intersection(alone))
+        for name, st in {id(st): (name, st) for name, st in held.items() if st.shared}.values():
+            sig = share_by_name[name]
+            if present not in sig[1] or st.key is None:
+                # Events of other streams: each of its rules on its own path.
+                visit.update(fast_by_name[n] for n, s in held.items() if s is st)
+            elif st not in moved:
+                if ks.firsts:
+                    # What a rule an event may start copies, should its scan not stay idle.
+                    ks.before[id(st)] = (history_only(st), st.history)
+                self._move_idle(ks, st, sig[0])
+                moved.add(st)
+                ks.newest.setdefault(sig, st)
+        missing = self._fast_names - held.keys()
+        if missing:
+            share = self._share_sig
+            new_state = self.runtime.new_state
+            for index in sorted(fast_by_name[name] for name in missing):
+                rule = rules[index]
+                sig = share.get(index)
+                if sig is None or present not in sig[1]:
+                    if rule.prev_depth:
+                        visit.add(index)  # a history to start keeping
+                    continue
+                made = ks.made.get(sig)
+                if made is None:
+                    made = ks.made[sig] = new_state(rule, key=ks.key)
+                    if ks.firsts:
+                        ks.before[id(made)] = (None, made.history)  # None: a new state
+                    self._move_idle(ks, made, sig[0])
+                    moved.add(made)
+                    ks.newest.setdefault(sig, made)
+                else:
+                    made.shared = True
+                held[rule.name] = made
+        return visit
+
+    @staticmethod
+    def _move_idle(ks: _KeyScan, st: Any, depth: int) -> None:
+        """Move an idle state of a rule reading every one of the key's events past them:
+        :func:`strict.pass_over` for a state with no run, inlined (the hot path of many
+        ``prev`` rules)."""
+        everything = ks.everything
+        n = len(everything)
+        st.pos += n
+        st.events_seen += n
+        st.last_ts = ks.last_ts
+        if depth:
+            if n >= depth:
+                st.history = ks.tail(depth)
+            else:
+                st.history = (st.history + [e.fields for e in everything])[-depth:]
 
     def scan_streams(self) -> frozenset[str]:
         """Streams whose rows may be run column-wise by :meth:`run_columns`: every rule of
@@ -1101,13 +1213,49 @@ class RuleProcessor(KeyedProcessorBase):
         )
 
 
+class _BitsWanted:
+    """The condition bits one rule's scan needs, per key: computed in one
+    :func:`strict.condition_bits` call, or taken from a rule with the same bits signature that
+    computed them over the same history and all the key's events this call."""
+
+    __slots__ = ("signature", "requests", "fulls", "computed")
+
+    def __init__(self, signature: tuple | None) -> None:
+        self.signature = signature
+        self.requests: list[tuple[list, Sequence[Event]]] = []
+        self.fulls: list[tuple[int, _KeyScan, list]] = []
+        self.computed: list[list[int]] = []
+
+    def add(self, ks: _KeyScan, history: list, events: Sequence[Event]) -> Any:
+        """The source of the bits of ``events`` after ``history``: a list computed already,
+        or the index of a request."""
+        signature = self.signature
+        if signature is not None and events is ks.everything:
+            cached = ks.bits.get(signature)
+            if cached is not None and cached[0] == history:
+                return cached[1]
+            self.fulls.append((len(self.requests), ks, history))
+        self.requests.append((history, events))
+        return len(self.requests) - 1
+
+    def compute(self, rule: Any) -> None:
+        if self.requests:
+            self.computed = strict.condition_bits(rule, self.requests)
+        for i, ks, history in self.fulls:
+            ks.bits[self.signature] = (history, self.computed[i])
+
+    def bits(self, source: Any, cut: int) -> list[int]:
+        found = self.computed[source] if type(source) is int else source
+        return found[cut:] if cut else found
+
+
 class _KeyScan:
     """One key's part of :meth:`RuleProcessor._scan_indexed`: its events, the first event that
     may start each rule, and what its idle rules share during the call."""
 
     __slots__ = (
         "key", "state", "held", "items", "firsts", "everything", "present", "width",
-        "last_ts", "tails", "moved", "made", "newest",
+        "last_ts", "tails", "moved", "made", "newest", "before", "bits",
     )
 
     def __init__(self, key: tuple, state: KeyState, items: Sequence[Any], firsts: dict) -> None:
@@ -1129,6 +1277,10 @@ class _KeyScan:
         self.moved: set[Any] = set()
         self.made: dict[tuple, Any] = {}
         self.newest: dict[tuple, Any] = {}
+        #: id of a shared state -> its row and history before this call moved it.
+        self.before: dict[int, tuple] = {}
+        #: Bits signature -> (history, the bits of all the key's events after it).
+        self.bits: dict[tuple, tuple[list, list[int]]] = {}
 
     def tail(self, depth: int) -> list:
         """The history every idle rule of ``depth`` reading all the key's events ends with:

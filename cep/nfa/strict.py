@@ -31,10 +31,14 @@ from cep.nfa.match import Match, build_match
 from cep.nfa.runtime import _NO_GUARDS, _enforce_caps, _resume_after, _strict_table
 from cep.nfa.state import RuleState, _Binding, _Event, _StrictRun, settle
 
-__all__ = ["block_bits", "condition_bits", "pass_over", "process_events", "qualifies"]
+__all__ = [
+    "bits_signature", "block_bits", "condition_bits", "pass_over", "process_events",
+    "qualifies", "stays_idle",
+]
 
 _QUALIFIES = "__fast_strict__"
 _AUTOMATON = "__fast_strict_automaton__"
+_BITS_SIGNATURE = "__fast_strict_bits__"
 
 
 def qualifies(rule: Any) -> bool:
@@ -58,6 +62,30 @@ def qualifies(rule: Any) -> bool:
 
 
 # ---------------------------------------------------------------- condition bits
+
+
+def bits_signature(rule: Any) -> tuple | None:
+    """What decides a rule's :func:`condition_bits`: per variable its stream and condition
+    text, and the streams whose events make its ``prev`` history. Rules of one processor
+    with equal signatures get equal bits for equal histories and events; None when a
+    condition reads a list, a table or a search (its text does not say all it reads)."""
+    summaries = rule._summaries
+    if _BITS_SIGNATURE not in summaries:
+        parts = []
+        for c in rule.conditions:
+            if c.predicate is None:
+                parts.append((c.stream, None))
+            elif c.batch is None or c.batch.text is None:
+                parts = None
+                break
+            else:
+                parts.append((c.stream, c.batch.text))
+        summaries[_BITS_SIGNATURE] = (
+            None if parts is None else (tuple(parts), tuple(sorted(rule.streams)))
+        )
+    return summaries[_BITS_SIGNATURE]
+
+
 
 
 def condition_bits(
@@ -659,6 +687,40 @@ def process_events(
             state.runs = []
     _finish(scan, state, runs, n, born, last_ts)
     return out
+
+
+def stays_idle(rule: CompiledRule, bits: Sequence[int]) -> bool:
+    """Whether :func:`process_events` over events with these bits, from a state with no run
+    and nothing held (``resume`` 0), reports no match, drops no partial match and leaves no
+    run: then it leaves the state as :func:`pass_over` does. Conservative: a run the
+    window would end is counted as left alive (the caller then runs the events)."""
+    auto = _automaton(rule)
+    start_bits = auto.start_bits
+    sig0 = auto.start
+    steps = auto.steps
+    max_partials = rule.max_partials
+    runs: list[int] = []
+    for b in bits:
+        if b & start_bits:
+            runs.append(sig0)
+        elif not runs:
+            continue
+        alive = []
+        live = 0
+        for sig in runs:
+            step = steps[sig].get(b)
+            if step is None:
+                step = auto.step(sig, b)
+            new_sig, _, _, best, length = step
+            if best >= 0:
+                return False
+            if new_sig:
+                alive.append(new_sig)
+                live += length
+        if live > max_partials:
+            return False
+        runs = alive
+    return not runs
 
 
 def pass_over(

@@ -148,3 +148,70 @@ def test_alike_rules_hold_one_state_per_key():
     again, again_states, _ = run("starts", rules, rows, cuts, checkpoint_at=0)
     assert again == base
     assert again_states == base_states
+
+
+def test_alike_conditions_are_evaluated_once_per_key(monkeypatch):
+    """Thirty rules with the same conditions, every one started on every key: their condition
+    bits are computed once per key and batch, not once per rule; and a rule registered later
+    (whose `prev` history is shorter, so the same conditions give other bits) computes its
+    own. Matches and states equal the baseline's."""
+    import cep.nfa.strict as strict_module
+
+    rows_evaluated = []
+    real = strict_module.condition_bits
+
+    def counting(rule, sequences):
+        rows_evaluated.append(sum(len(events) for _, events in sequences))
+        return real(rule, sequences)
+
+    rule = ("rule p{i} from ev by key pattern a b contiguity strict\n"
+            "  define a as price > prev(price), b as amount > 5\n")
+    rows = []
+    for i in range(60):
+        # Row 30, alone in its batch and later than the rest, releases the first 30.
+        rows.append({"stream": "ev", "id": i, "key": f"k{i % 3}", "kind": "login",
+                     "amount": 9.0 if i % 7 == 0 else 1.0, "merchant": "m",
+                     "price": float((i * 5) % 11), "ts": i if i < 30 else 100 + i})
+    rules = [(rule.format(i=i), 0, None) for i in range(30)]
+    # Registered at the third batch: on k1 and k2 it starts with no history where the others
+    # have one (k2's first event then starts the thirty, not it).
+    rules.append((rule.format(i=30), 2, None))
+    cuts = [30, 31]
+    base, base_states, _ = run("none", rules, rows, cuts)
+    monkeypatch.setattr(strict_module, "condition_bits", counting)
+    got, got_states, _ = run("starts", rules, rows, cuts)
+    assert got == base and len([m for m in got if m["name"] != "relaxed"]) > 30
+    assert got_states == base_states
+    # The 60 events once for the thirty rules, and the late rule's own: far from 30 x 60.
+    assert sum(rows_evaluated) <= 2 * 60 + 30, rows_evaluated
+
+
+def test_a_start_that_ends_at_once_copies_no_shared_state(monkeypatch):
+    """Thirty alike rules, an event on k1 starting every one of them and a next event that
+    completes none: the rules look at their bits, see their runs end within the batch, and
+    keep the one shared state (no copy made, none rejoined)."""
+    import cep.nfa.processor as processor_module
+
+    rules = [(prev_rule(f"p{i}", 2 + i % 3, 0, 1), 0, None) for i in range(30)]
+    rows = []
+    for i in range(60):
+        rows.append({"stream": "ev", "id": i, "key": f"k{i % 3}", "kind": "login",
+                     "amount": 1.0, "merchant": "m", "price": 2.0, "ts": i})
+    rows[40]["amount"] = 12.5  # k1: starts all thirty; the next k1 event does not rise
+    base, base_states, _ = run("none", rules, rows, [30])
+    engine = Engine()
+    engine.register(STREAMS + RELAXED + "".join(text for text, _, _ in rules))
+    engine.feed_batch(pd.DataFrame(rows[:30]))
+    copies = []
+    real = processor_module.with_history
+    monkeypatch.setattr(processor_module, "with_history",
+                        lambda *a: copies.append(a) or real(*a))
+    engine.feed_batch(pd.DataFrame(rows[30:]))
+    assert copies == []
+    for group in engine._groups.values():
+        for key, state in group.states.items():
+            held = {id(st) for name, st in state.rules.items() if name != "relaxed"}
+            assert len(held) == 1, key
+    assert states_of(engine) == base_states[-1]
+    assert [m for m in engine.drain() if m["name"] != "relaxed"] == []
+    assert [m for m in base if m["name"] != "relaxed"] == []
