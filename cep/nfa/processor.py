@@ -263,6 +263,10 @@ class RuleProcessor(KeyedProcessorBase):
         self._bits_sig = {
             i: sig for i, sig in bits_sigs.items() if sig is not None and alike[sig] > 1
         }
+        idle_sigs = {i: strict.idle_signature(self.rules[i]) for i in self._bits_sig}
+        alike = Counter(idle_sigs.values())
+        #: The same for :func:`strict.stays_idle`: rules that answer it alike for equal bits.
+        self._idle_sig = {i: sig for i, sig in idle_sigs.items() if alike[sig] > 1}
         self._rule_by_name = {rule.name: rule for rule in self.rules}
         # The rules and their versions, as a key's state records them beside pending events.
         self._rules_list = [[rule.name, rule.version] for rule in self.rules]
@@ -555,8 +559,7 @@ class RuleProcessor(KeyedProcessorBase):
                     # An event may start the rule: run its bits first, and copy the shared
                     # state only when the scan does more than move it.
                     history = ks.before[id(st)][1]
-                    work.append((ks, None, everything[first:],
-                                 wanted.add(ks, history, everything), first, st))
+                    work.append((ks, None, None, wanted.add(ks, history, everything), first, st))
                     continue
                 if first is None and ks.width > slot and ks.present in own and (
                     st is None and depth or st is not None and st.key is not None
@@ -627,19 +630,33 @@ class RuleProcessor(KeyedProcessorBase):
             if not work:
                 continue
             wanted.compute(rule)
+            isig = self._idle_sig.get(index)
             for ks, st, events, source, cut, shared in work:
-                key_bits = wanted.bits(source, cut)
-                self.touched += len(events)
-                if shared is not None:
+                if shared is None:
+                    key_bits = wanted.bits(source, cut)
+                    self.touched += len(events)
+                else:
+                    found = wanted.bits(source, 0)  # over all the key's events
+                    self.touched += len(found) - cut
                     row, history = ks.before[id(shared)]
-                    if (row is None or row[3] == 0) and strict.stays_idle(rule, key_bits):
-                        continue  # the shared state, moved already, is where the scan ends
+                    if row is None or row[3] == 0:
+                        if isig is None:
+                            quiet = strict.stays_idle(rule, found, cut)
+                        else:
+                            asked = (isig, id(found), cut)
+                            quiet = ks.quiet.get(asked)
+                            if quiet is None:
+                                quiet = ks.quiet[asked] = strict.stays_idle(rule, found, cut)
+                        if quiet:
+                            continue  # the shared state, moved already, is where it ends
                     st = ks.held[name] = (
                         new_state(rule, ks.key) if row is None
                         else with_history(rule, row, history)
                     )
                     if cut:
                         strict.pass_over(rule, st, ks.everything[:cut])
+                    events = ks.everything[cut:]
+                    key_bits = found[cut:]
                 state = ks.state
                 found = strict.process_events(rule, st, events, key_bits)
                 if found:
@@ -1255,7 +1272,7 @@ class _KeyScan:
 
     __slots__ = (
         "key", "state", "held", "items", "firsts", "everything", "present", "width",
-        "last_ts", "tails", "moved", "made", "newest", "before", "bits",
+        "last_ts", "tails", "moved", "made", "newest", "before", "bits", "quiet",
     )
 
     def __init__(self, key: tuple, state: KeyState, items: Sequence[Any], firsts: dict) -> None:
@@ -1281,6 +1298,8 @@ class _KeyScan:
         self.before: dict[int, tuple] = {}
         #: Bits signature -> (history, the bits of all the key's events after it).
         self.bits: dict[tuple, tuple[list, list[int]]] = {}
+        #: (idle signature, id of a bits list, from) -> :func:`strict.stays_idle`'s answer.
+        self.quiet: dict[tuple, bool] = {}
 
     def tail(self, depth: int) -> list:
         """The history every idle rule of ``depth`` reading all the key's events ends with:

@@ -32,8 +32,8 @@ from cep.nfa.runtime import _NO_GUARDS, _enforce_caps, _resume_after, _strict_ta
 from cep.nfa.state import RuleState, _Binding, _Event, _StrictRun, settle
 
 __all__ = [
-    "bits_signature", "block_bits", "condition_bits", "pass_over", "process_events",
-    "qualifies", "stays_idle",
+    "bits_signature", "block_bits", "condition_bits", "idle_signature", "pass_over",
+    "process_events", "qualifies", "stays_idle",
 ]
 
 _QUALIFIES = "__fast_strict__"
@@ -62,6 +62,16 @@ def qualifies(rule: Any) -> bool:
 
 
 # ---------------------------------------------------------------- condition bits
+
+
+def idle_signature(rule: Any) -> tuple | None:
+    """What decides :func:`stays_idle` besides the bits — the rule's strict transition table
+    (which its automaton is built from) and its partials cap — with its
+    :func:`bits_signature`; None when that is None."""
+    bits = bits_signature(rule)
+    if bits is None:
+        return None
+    return (bits, _strict_table(rule), rule.max_partials)
 
 
 def bits_signature(rule: Any) -> tuple | None:
@@ -689,18 +699,20 @@ def process_events(
     return out
 
 
-def stays_idle(rule: CompiledRule, bits: Sequence[int]) -> bool:
-    """Whether :func:`process_events` over events with these bits, from a state with no run
-    and nothing held (``resume`` 0), reports no match, drops no partial match and leaves no
-    run: then it leaves the state as :func:`pass_over` does. Conservative: a run the
-    window would end is counted as left alive (the caller then runs the events)."""
+def stays_idle(rule: CompiledRule, bits: Sequence[int], lo: int = 0) -> bool:
+    """Whether :func:`process_events` over events with ``bits[lo:]``, from a state with no
+    run and nothing held (``resume`` 0), reports no match, drops no partial match and leaves
+    no run: then it leaves the state as :func:`pass_over` does. Conservative: a run the
+    window would end is counted as left alive (the caller then runs the events). Rules with
+    equal :func:`idle_signature` give equal answers."""
     auto = _automaton(rule)
     start_bits = auto.start_bits
     sig0 = auto.start
     steps = auto.steps
     max_partials = rule.max_partials
     runs: list[int] = []
-    for b in bits:
+    for i in range(lo, len(bits)):
+        b = bits[i]
         if b & start_bits:
             runs.append(sig0)
         elif not runs:
