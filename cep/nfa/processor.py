@@ -565,7 +565,9 @@ class RuleProcessor(KeyedProcessorBase):
                     st is None and depth or st is not None and st.key is not None
                     and not (st._runs or st.lazy_runs)
                 ):
-                    # Idle, and every event of the key is the rule's.
+                    # Idle, and every event of the key is the rule's: a state of its own, or
+                    # (when some rule arrived after some of the key's events, and _visits left
+                    # each rule to itself) a new one shared by the rules alike new to the key.
                     shareable = sig is not None and (st is None or st.shared)
                     if st is None:
                         if shareable:
