@@ -327,12 +327,15 @@ def scale(pairs: list[tuple[str, str | None]], n: int, frame: pd.DataFrame, batc
         tracemalloc.stop()
     del other
     cpu_s, matches = feed(engine, frame, batch)
-    states = sum(len(state.rules) for group in engine._groups.values()  # noqa: SLF001
-                 for state in group.states.values())
+    per_key = [state.rules for group in engine._groups.values()  # noqa: SLF001
+               for state in group.states.values()]
+    states = sum(len(rules) for rules in per_key)
+    # Idle `prev` rules alike share one state object per key (RuleState.shared).
+    objects = sum(len({id(st) for st in rules.values()}) for rules in per_key)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return (f"| {n:,} | {register_s:.1f} | {one_s:.2f} | {held / n:,.0f} | "
             f"{len(frame) / cpu_s:,.0f} | {engine.rules_touched / len(frame):.2f} | "
-            f"{matches:,} | {states:,} | {rss / 1e9:.2f} |")
+            f"{matches:,} | {states:,} | {objects:,} | {rss / 1e9:.2f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,8 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     texts = [vigil for vigil, _ in pairs]
     if args.scale:
         print("| rules | register (s) | one more (s) | bytes / rule | events/s (CPU) | "
-              "rules looked at / event | matches | rule states | peak RSS (GB) |\n"
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+              "rules looked at / event | matches | rule states | objects holding them | "
+              "peak RSS (GB) |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
               + scale(pairs, args.scale, frame, args.batch))
         return 0
     if args.eql or args.spark:

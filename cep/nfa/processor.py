@@ -1148,6 +1148,7 @@ class RuleProcessor(KeyedProcessorBase):
         (watermark, count), view = _CODEC.decode(data)
         offset = 0
         ks = KeyState(watermark=watermark)
+        stored_names = []
         try:
             for _ in range(count):
                 name_len, rule_version, blob_len = _RULE_HEAD.unpack_from(view, offset)
@@ -1161,6 +1162,7 @@ class RuleProcessor(KeyedProcessorBase):
                 rule = self._rule_by_name.get(name)
                 if rule is not None and rule.version == rule_version:
                     ks.rules[name] = self.runtime.state_from_bytes(blob, rule)
+                    stored_names.append(name)
             (extra_len,) = _BLOB.unpack_from(view, offset)
             offset += _BLOB.size
             extra_bytes = bytes(view[offset : offset + extra_len])
@@ -1189,6 +1191,8 @@ class RuleProcessor(KeyedProcessorBase):
                     # Scanned rules alike hold one state until one of them leaves it.
                     st.shared = True
                 ks.rules[name] = st
+        # Only a state stored whole can be busy (the idle rows hold histories alone).
+        ks.busy = {name: None for name in stored_names if not _idle(ks.rules[name])}
         ks.max_ts = {str(k): int(v) for k, v in extra["max_ts"].items()}
         ks.pending = [
             Event(id=i, stream=s, ts=int(t), seq=int(q), fields=f)
