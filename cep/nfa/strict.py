@@ -96,8 +96,6 @@ def bits_signature(rule: Any) -> tuple | None:
     return summaries[_BITS_SIGNATURE]
 
 
-
-
 def condition_bits(
     rule: CompiledRule, sequences: Sequence[tuple[Sequence[Mapping[str, Any]], Sequence[Any]]]
 ) -> list[list[int]]:
