@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from cep.events.event import (
     BadEventError,
@@ -28,7 +29,13 @@ from cep.events.watermark import END_OF_INPUT, NO_WATERMARK, late_detail
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
 from spark_udf.records import dead_letter_record, held_record, key_text, match_record
-from spark_udf.relevance import needed_rows, needed_rows_from_json
+from spark_udf.relevance import (
+    ARROW_TYPES,
+    needed_rows,
+    needed_rows_from_json,
+    parse_fields,
+    unchecked_rows,
+)
 
 __all__ = [
     "ARRIVAL_COLUMN",
@@ -398,11 +405,13 @@ def process_bucket(
                     # content), become Python objects.
                     frame = frame[needed | (stamps < watermark_ms)]
                     filtered = True
+    opened = _open_tables(processor, bucket)
+    if opened is not None:
+        frame = _take_changes_by_column(processor, opened, frame, layout, watermark_ms)
     events, bad = frame_events(frame, layout)
     run.records.extend(dead_letter_record(letter) for letter in bad)
     times = _times_of(frame)
     late = np.array([t is not None and t < watermark_ms for t in times], dtype=bool)
-    opened = _open_tables(processor, bucket)
     if opened is not None:
         _apply_changes(processor, opened, events, times, watermark_ms, run,
                        reports_copies=bucket_index in (None, 0))
@@ -569,6 +578,90 @@ def _apply_changes(
                 dead_letter(error.reason, error.detail, line=seq, stream=stream, event=event),
                 time_ms=time_ms,
             ))
+
+
+def _take_changes_by_column(
+    processor: KeyedProcessor,
+    opened: tuple[Any, int],
+    frame: pd.DataFrame,
+    layout: EventLayout,
+    watermark_ms: int,
+) -> pd.DataFrame:
+    """Apply the bucket's changelog rows that only feed its tables column-wise, as the
+    embedded engine takes a batch's changes (:meth:`cep.tables.Tables.apply_frame`), instead
+    of one parse, one validation and one change per row; the rows left to the row-wise path
+    (:func:`_apply_changes`) are returned: rows of other streams, of a stream the rules also
+    read as events, late or without a time, that ``pyarrow`` or the stream's validation
+    refuse, and changes the tables refuse (applied again there, they are refused again and
+    reported with their event). So both paths give the same tables and the same reports."""
+    tables, released = opened
+    wants = getattr(processor, "wants", lambda stream: False)
+    schemas = processor.schemas  # type: ignore[attr-defined]
+    streams = {
+        name: fields for name in tables.streams
+        if not wants(name) and (fields := _parsed_fields(schemas[name])) is not None
+    }
+    json_col = layout.json_column
+    if (
+        not streams or json_col is None or json_col not in frame.columns
+        or TIME_COLUMN not in frame.columns or SEQ_COLUMN not in frame.columns
+        or set(layout.event_columns) - {SEQ_COLUMN}  # columns that would override the text
+    ):
+        return frame
+    texts = frame[json_col].tolist()
+    times = frame[TIME_COLUMN].to_numpy(dtype=np.float64, na_value=np.nan)
+    candidates = ~np.isnan(times) & (times >= watermark_ms)
+    if not candidates.any() or not all(isinstance(t, str) for t in texts):
+        return frame
+    candidates &= ~unchecked_rows(pa.array(texts, pa.string()))
+    rows = np.flatnonzero(candidates)
+    named = parse_fields([texts[i] for i in rows], {STREAM_COLUMN: pa.string()})
+    if named is None:
+        return frame
+    stream_of = named.column(STREAM_COLUMN).to_pandas()
+    if layout.default_stream is not None:
+        stream_of = stream_of.fillna(layout.default_stream)
+    seqs = frame[SEQ_COLUMN].tolist()
+    taken: list[np.ndarray] = []
+    for name, fields in streams.items():
+        mine = rows[(stream_of == name).to_numpy()]
+        parsed = parse_fields([texts[i] for i in mine], fields) if len(mine) else None
+        if parsed is None:
+            continue
+        schema = schemas[name]
+        part = parsed.to_pandas(integer_object_nulls=True)
+        part[schema.time_field] = pd.to_datetime(times[mine].astype(np.int64), unit="ms",
+                                                 utc=True)
+        normalised, ts, _ = schema.normalise_frame(part)  # refused rows: left to the row path
+        good = mine[normalised.index.to_numpy()]
+        errors = tables.apply_frame(
+            schema, normalised, ts.tolist(), [seqs[i] for i in good], [released] * len(good)
+        )
+        refused = np.zeros(len(good), dtype=bool)
+        refused[[i for i, _ in errors]] = True
+        taken.append(good[~refused])
+    if not taken:
+        return frame
+    keep = np.ones(len(frame), dtype=bool)
+    keep[np.concatenate(taken)] = False
+    return frame[keep]
+
+
+def _parsed_fields(schema: Any) -> dict[str, pa.DataType] | None:
+    """The Arrow types a changelog stream's declared fields are parsed as column-wise (the
+    time comes from the routing), or ``None`` when some field has no such type or the stream
+    corrects a device clock (then its rows go row by row)."""
+    if getattr(schema, "clock", None) is not None or schema.time_field is None:
+        return None
+    fields: dict[str, pa.DataType] = {}
+    for name, kind in schema.fields.items():
+        if name == schema.time_field:
+            continue
+        arrow = ARROW_TYPES.get(kind)
+        if arrow is None:
+            return None
+        fields[name] = arrow
+    return fields
 
 
 def fire_due_keys(

@@ -8,6 +8,7 @@ deduplicate without parsing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -61,9 +62,24 @@ def key_text(key: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
     """
     if key is None:
         return None
-    if isinstance(key, Mapping):
+    if type(key) is not tuple and isinstance(key, Mapping):
         return canonical_json(dict(key))
-    return canonical_json(list(key))
+    # The common key, text and integers, written directly: the same text as canonical JSON
+    # (strings needing no escape, ints as their digits), without a json.dumps per key.
+    parts = []
+    for part in key:
+        kind = type(part)
+        if kind is str and not _ESCAPED.search(part):
+            parts.append(f'"{part}"')
+        elif kind is int:
+            parts.append(str(part))
+        else:
+            return canonical_json(list(key))
+    return f"[{','.join(parts)}]"
+
+
+_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
+"""Characters JSON text escapes (``ensure_ascii=False``): controls, quote, backslash."""
 
 
 def match_time_ms(value: Any) -> int | None:

@@ -11,7 +11,7 @@ the few rows that matter, as in the embedded engine.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ __all__ = [
     "needed_from_parsed",
     "needed_rows",
     "needed_rows_from_json",
+    "parse_fields",
     "unchecked_rows",
 ]
 
@@ -128,6 +129,35 @@ def json_fields(processor: Any) -> dict[str, pa.DataType] | None:
     return fields
 
 
+def parse_fields(texts: Sequence[Any], fields: Mapping[str, pa.DataType]) -> pa.Table | None:
+    """The ``fields`` of JSON object texts, one column each (``pyarrow.json``, in C; other
+    fields ignored), or ``None`` when some text is not a JSON object whose fields have those
+    types (or holds a line break): the caller then parses row by row, which reports each bad
+    row with its reason. Rows :func:`unchecked_rows` flags are the caller's to leave out.
+
+    Examples
+    --------
+    >>> parse_fields(['{"a": 1, "b": "x"}', '{"b": "y"}'], {"a": pa.int64()}).to_pylist()
+    [{'a': 1}, {'a': None}]
+    >>> parse_fields(['{"a": "one"}'], {"a": pa.int64()}) is None
+    True
+    """
+    if not len(texts) or not all(isinstance(t, str) for t in texts):
+        return None
+    options = pa_json.ParseOptions(
+        explicit_schema=pa.schema(list(fields.items())), unexpected_field_behavior="ignore"
+    )
+    try:
+        table = pa_json.read_json(
+            io.BytesIO("\n".join(texts).encode("utf-8")), parse_options=options
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeEncodeError):
+        return None
+    if table.num_rows != len(texts):
+        return None  # a text held a line break or several objects: parse row by row
+    return table
+
+
 def needed_rows_from_json(
     processor: Any,
     texts: Sequence[Any],
@@ -144,19 +174,11 @@ def needed_rows_from_json(
     reasons).
     """
     fields = json_fields(processor)
-    if fields is None or not len(texts) or not all(isinstance(t, str) for t in texts):
+    if fields is None:
         return None
-    options = pa_json.ParseOptions(
-        explicit_schema=pa.schema(list(fields.items())), unexpected_field_behavior="ignore"
-    )
-    try:
-        table = pa_json.read_json(
-            io.BytesIO("\n".join(texts).encode("utf-8")), parse_options=options
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeEncodeError):
+    table = parse_fields(texts, fields)
+    if table is None:
         return None
-    if table.num_rows != len(texts):
-        return None  # a text held a line break or several objects: parse row by row
     needed = needed_from_parsed(processor, table, times, default_stream)
     if needed is None:
         return None
