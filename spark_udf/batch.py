@@ -672,9 +672,8 @@ def fire_due_keys(
     records: list[dict[str, Any]] = []
     end = watermark_ms >= END_OF_INPUT
     due = [
-        (text, slot) for text, slot in bucket.keys.items()
-        if ((slot.due_ms is not None and slot.due_ms <= watermark_ms) or end)
-        and not text.startswith(TABLES_SLOT)
+        (text, slot) for text, slot in (bucket.keys.items() if end else bucket.due(watermark_ms))
+        if not text.startswith(TABLES_SLOT)
     ]
     opened = _open_tables(processor, bucket) if due else None
     held = _held_so_far(processor) if due else None

@@ -41,7 +41,7 @@ LAYOUTS = {
         compress_over=512,
     ),
     "key state": StateCodec(b"VGKS", 1, fields="qI"),
-    "bucket state": StateCodec(b"VGBK", 3, fields="qII"),
+    "bucket state": StateCodec(b"VGBK", 4, fields="qIIQ"),
     "metric operator state": StateCodec(b"VGMO", 1, fields="32s", checksum="sha256-8"),
     "throttle state": StateCodec(b"VTHR", 1, byte_order=">"),
 }
@@ -49,7 +49,7 @@ FIELDS = {
     "sketch": (3, 1, 0),
     "rule state": (b"\x01" * 8,),
     "key state": (-(2**63), 4),
-    "bucket state": (1_700_000_000_000, 16, 2),
+    "bucket state": (1_700_000_000_000, 16, 2, 11),
     "metric operator state": (hashlib.sha256(b"metric").digest(),),
     "throttle state": (),
 }
@@ -69,7 +69,7 @@ def _frame_as_written_before(name: str, body: bytes) -> bytes:
     if name == "key state":  # cep processor: RuleProcessor.encode
         return struct.pack("<4sBqI", b"VGKS", 1, *fields) + body
     if name == "bucket state":  # spark_udf.bucket_state: BucketState.to_bytes
-        return struct.pack("<4sBqII", b"VGBK", 3, *fields) + body
+        return struct.pack("<4sBqIIQ", b"VGBK", 4, *fields) + body
     if name == "metric operator state":  # cep metrics: _Writer.finish
         framed = b"VGMO" + bytes([1]) + fields[0] + body
         return framed + hashlib.sha256(framed).digest()[:8]
