@@ -29,7 +29,7 @@ from spark_udf.batch import (
 from spark_udf.bucket_state import BucketState
 from spark_udf.errors import OperatorConfigError
 from spark_udf.packing import unpack_tables
-from spark_udf.records import records_frame
+from spark_udf.records import records_frame, uncorrected_record
 from spark_udf.routing import (
     NEED_COLUMN,
     NEED_NO,
@@ -37,6 +37,7 @@ from spark_udf.routing import (
     ProcessorSource,
     RoutePlan,
     resolve_processor,
+    uncorrected_in,
 )
 
 __all__ = ["BUCKET_STATE", "BucketedDetector", "PerKeyDetector"]
@@ -189,9 +190,13 @@ class BucketedDetector(StatefulProcessor):
                                       "processor of this program owns")
         processor, layout = owner
         filtered = None
+        uncorrected: dict[str, int] = {}
         if self._packed:
             # The blob is the last column whatever name Spark's row regrouping gave it.
             payloads = [p for frame in rows for p in frame.iloc[:, -1].tolist()]
+            # Counted once per input row where the rows were routed: reported by the group
+            # whose blob carries the count, whatever processor owns it.
+            uncorrected = uncorrected_in(payloads)
             frames, filtered = _unpacked(payloads, engine_watermark)
         else:
             frames = _named(rows, self._columns)
@@ -200,6 +205,8 @@ class BucketedDetector(StatefulProcessor):
             bucket_index=int(key[0]) % self._buckets if self._buckets else None,
         )
         records = run.records
+        records.extend(uncorrected_record(stream, count, f"group {int(key[0])}")
+                       for stream, count in sorted(uncorrected.items()))
         due = bucket.registered_ms
         if due is not None and due <= watermark and engine_watermark < END_OF_INPUT:
             # The bucket's timer expires in this batch, and Spark handles expired timers after

@@ -18,7 +18,7 @@ from spark_udf import operator
 from spark_udf.errors import OperatorConfigError
 from spark_udf.operator import detect_plan
 from spark_udf.queries import query_names, query_outputs
-from spark_udf.records import HELD
+from spark_udf.records import COUNT_KINDS
 from spark_udf.routing import DEFAULT_BUCKETS, RoutePlan
 from spark_udf.rules import ProcessorSpec, detect_specs, processor_specs
 
@@ -202,7 +202,9 @@ def detect(df: DataFrame, program: Any, *args: Any, **kwargs: Any) -> DataFrame:
     [('query', 'acme'), ('rule', 'big')]
     """
     if not _is_program(program):
-        return operator.detect(df, program, *args, **kwargs).where(F.col("kind") != HELD)
+        return operator.detect(df, program, *args, **kwargs).where(
+            ~F.col("kind").isin(*COUNT_KINDS)
+        )
     if args:
         raise OperatorConfigError("detect(df, program) takes its options by name")
     return _detect_program(df, program, **kwargs)
@@ -237,5 +239,6 @@ def _detect_program(
                             buckets=buckets)
     if built.outputs is None:
         raise OperatorConfigError("the program declares nothing the Spark engine runs")
-    # The operator's counts of matches held back by `unique` are for run_spark's summary.
-    return built.outputs.where(F.col("kind") != HELD)
+    # The counts of matches held back by `unique` and of events whose device clock stayed
+    # uncorrected are for run_spark's summary.
+    return built.outputs.where(~F.col("kind").isin(*COUNT_KINDS))

@@ -32,7 +32,7 @@ from query_lang import ast
 from query_lang.printer import print_declaration
 from spark_udf.batch import END_MARK_STREAM, SEQ_COLUMN
 from spark_udf.operator import OUTPUT_SCHEMA
-from spark_udf.records import dead_letter_record, records_frame
+from spark_udf.records import dead_letter_record, records_frame, uncorrected_record
 from spark_udf.sources import EVENT_COLUMN
 
 __all__ = ["frame_outputs", "query_names", "query_outputs"]
@@ -210,6 +210,10 @@ def frame_outputs(
     rows in input order, and an event behind it is not searched; it is dead-lettered ``late``
     unless a keyed operator checks its stream (which reports it). A worker judges its slice of
     the input only: an event late only against rows of another task is still searched.
+
+    The events of a clock-corrected stream no keyed operator checks that keep their device
+    time (no sent or received time) are counted here, in one ``uncorrected`` record per
+    stream (the keyed operator's routing counts those of its streams).
     """
     checked_streams = frozenset(checked)
     if watermark is None:
@@ -218,6 +222,7 @@ def frame_outputs(
     accepted = []
     letters: list[dict[str, Any]] = []
     late: list[dict[str, Any]] = []
+    uncorrected: dict[str, int] = {}
     for seq, text in zip(seqs, frame[column].tolist(), strict=True):
         text = text if isinstance(text, str) else None
         try:
@@ -249,6 +254,8 @@ def frame_outputs(
                     exc.reason, exc.detail, line=seq, stream=schema.name, event=raw,
                 ))
             continue
+        if checked_here and schema.uncorrected(event.fields):
+            uncorrected[schema.name] = uncorrected.get(schema.name, 0) + 1
         met = watermark.current
         if watermark.observe(event.stream, int(event.ts)):
             if checked_here:
@@ -260,6 +267,8 @@ def frame_outputs(
         if standing.wants_documents(event.stream):
             accepted.append(event)
     rows = [dead_letter_record(letter) for letter in letters] + late
+    rows.extend(uncorrected_record(stream, count, f"seq {seqs[0]}")
+                for stream, count in sorted(uncorrected.items()))
     # One batch per run of a stream's events: candidates are selected many at a time.
     for event, match in standing.match_events(accepted):
         when = int(event.ts)

@@ -18,15 +18,18 @@ from cep.events.identity import canonical_id, canonical_json
 from query_lang import timestamps
 
 __all__ = [
+    "COUNT_KINDS",
     "DEAD_LETTER",
     "HELD",
     "OUTPUT_COLUMNS",
+    "UNCORRECTED",
     "dead_letter_record",
     "held_record",
     "key_text",
     "match_record",
     "match_time_ms",
     "records_frame",
+    "uncorrected_record",
 ]
 
 DEAD_LETTER = "dead_letter"
@@ -37,6 +40,17 @@ HELD = "held"
 (``name`` is the rule; the payload ``{"rule": ..., "held": N}``): what a call of the operator
 held back, for the run's summary. ``run_spark``'s sink adds them up and writes none;
 ``spark_udf.detect`` leaves them out of its frame."""
+
+UNCORRECTED = "uncorrected"
+"""The ``kind`` of output rows that count events of a clock-corrected stream which kept their
+device time, lacking a sent or received time (``name`` is the stream; the payload
+``{"stream": ..., "uncorrected": N}``; :mod:`cep.events.clock`): counted once per input row
+where rows are routed, or by the query pass for a stream no keyed processor reads. Like
+:data:`HELD` rows, ``run_spark``'s sink adds them up and writes none, and ``spark_udf.detect``
+leaves them out of its frame."""
+
+COUNT_KINDS = (HELD, UNCORRECTED)
+"""The ``kind`` of output rows that carry counts for the run's summary, never a result."""
 
 OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),
@@ -186,6 +200,30 @@ def held_record(rule: str, count: int, where: str) -> dict[str, Any]:
     return {
         "kind": HELD,
         "name": rule,
+        "match_id": canonical_id(canonical_json([where, payload])),
+        "key": None,
+        "payload": payload,
+        "start_ms": None,
+        "end_ms": None,
+    }
+
+
+def uncorrected_record(stream: str, count: int, where: str) -> dict[str, Any]:
+    """The output row counting ``count`` events of ``stream`` that kept their device time (no
+    sent or received time) among the rows one call of the operator or of the query pass got;
+    ``where`` (the state group, the first input position) keeps the rows of one micro-batch
+    apart.
+
+    Examples
+    --------
+    >>> r = uncorrected_record("app", 3, "group 5")
+    >>> r["kind"], r["name"], r["payload"]
+    ('uncorrected', 'app', '{"stream":"app","uncorrected":3}')
+    """
+    payload = canonical_json({"stream": stream, "uncorrected": int(count)})
+    return {
+        "kind": UNCORRECTED,
+        "name": stream,
         "match_id": canonical_id(canonical_json([where, payload])),
         "key": None,
         "payload": payload,

@@ -7,7 +7,10 @@ and time fields and the fields the rules' conditions read, and the rows no rule 
 flagged so the stateful operator turns only the others (and late ones) into Python objects.
 
 Each output row is ``(bucket, max event time, Arrow IPC blob)``: Spark's watermark is the
-largest event time seen, so the per-blob maximum gives it exactly.
+largest event time seen, so the per-blob maximum gives it exactly. The events of a
+clock-corrected stream that keep their device time (no sent or received time) are counted here,
+once per input row whichever processors read it, and the count rides in the schema metadata of
+one blob of the batch (:data:`UNCORRECTED_METADATA`) to the stateful operator, which reports it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from cep.events.clock import DeviceClock
 from cep.events.event import (
     STREAM_FIELD,
     BadEventError,
+    StreamSchema,
     corrected_event_time_ms,
     corrected_time_column_ms,
     event_time_ms,
@@ -49,6 +53,7 @@ __all__ = [
     "NEED_UNKNOWN",
     "NEED_YES",
     "ROUTED_SCHEMA",
+    "UNCORRECTED_METADATA",
     "JsonRoute",
     "RoutePlan",
     "StreamRoute",
@@ -56,6 +61,8 @@ __all__ = [
     "resolve_processor",
     "route_batches",
     "route_plan_batches",
+    "uncorrected_counts",
+    "uncorrected_in",
 ]
 
 MAX_TIME_COLUMN = "_vigil_max_ms"
@@ -72,6 +79,12 @@ _ARROW_ROUTED = pa.schema(
     [(BUCKET_COLUMN, pa.int64()), (MAX_TIME_COLUMN, pa.int64()), (PACKED_COLUMN, pa.binary())]
 )
 _KEY_SEPARATOR = "\x1f"
+
+UNCORRECTED_METADATA = b"vigil.uncorrected"
+"""Key of the Arrow schema metadata by which one routed blob of an input batch carries, as JSON
+``{stream: count}``, how many of the batch's events kept their device time
+(:func:`uncorrected_counts`). Inside the blob, not a column of :data:`ROUTED_SCHEMA`: the
+routed rows' schema, and so the sources and checkpoints that read it, stay as they were."""
 
 DEFAULT_BUCKETS = 16
 """Hash buckets per processor unless the caller says otherwise. Every bucket costs a Python
@@ -486,12 +499,17 @@ class RoutePlan:
         watermark per query).
     slots:
         The slot of each processor's groups (``None``: its index).
+    clock_streams:
+        The clock-corrected streams the processors read: their events that keep their device
+        time are counted as the rows are routed (:func:`uncorrected_counts`, validated by the
+        stream schema a processor holds), once per input row.
     """
 
     entries: tuple[tuple[JsonRoute, ProcessorSource, Any], ...]
     buckets: int
     lateness_ms: int
     slots: tuple[int, ...] | None = None
+    clock_streams: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         check_buckets(self.buckets)
@@ -543,23 +561,189 @@ def route_plan_batches(
     batches: Iterable[pa.RecordBatch], plan: RoutePlan
 ) -> Iterator[pa.RecordBatch]:
     """:func:`route_batches` for every processor of ``plan``: each input batch is routed once
-    per processor, into that processor's range of groups."""
+    per processor, into that processor's range of groups. The batch's count of events that
+    kept their device time (:attr:`RoutePlan.clock_streams`) rides on the first blob of the
+    first processor (:data:`UNCORRECTED_METADATA`): once per input row, however many
+    processors read it."""
     routers: list[_Router] | None = None
+    clocks: dict[str, StreamSchema] = {}
     for batch in batches:
         if batch.num_rows == 0:
             continue
         if routers is None:
-            routers = [_Router(route, resolve_processor(source))
-                       for route, source, _ in plan.entries]
+            processors = [resolve_processor(source) for _, source, _ in plan.entries]
+            routers = [_Router(route, processor)
+                       for (route, _, _), processor in zip(plan.entries, processors, strict=True)]
+            clocks = _clock_schemas(plan.clock_streams, processors)
         table = pa.Table.from_batches([batch])
+        counts: dict[str, int] = {}
+        if clocks:
+            first = routers[0].route
+            counts = uncorrected_counts(batch.column(first.json_column), clocks,
+                                        first.default_stream)
         for index, router in enumerate(routers):
             yield _packed(table, *router.locate(batch.column(router.route.json_column)),
-                          offset=plan.offset(index), bucket_count=plan.buckets)
+                          offset=plan.offset(index), bucket_count=plan.buckets,
+                          uncorrected=counts if index == 0 else None)
+
+
+def _clock_schemas(
+    names: Iterable[str], processors: Sequence[Any]
+) -> dict[str, StreamSchema]:
+    """The stream schema of each clock-corrected stream named, as the first processor holding
+    it has it (the one its events are validated by)."""
+    found: dict[str, StreamSchema] = {}
+    for name in sorted(names):
+        for processor in processors:
+            schema = (getattr(processor, "schemas", None) or {}).get(name)
+            if isinstance(schema, StreamSchema) and schema.clock is not None:
+                found[name] = schema
+                break
+    return found
+
+
+# ---------------------------------------------------------------------------- uncorrected
+
+
+def uncorrected_counts(
+    texts: pa.Array, schemas: Mapping[str, StreamSchema], default_stream: str | None
+) -> dict[str, int]:
+    """Per clock-corrected stream of ``schemas``, how many of the JSON ``texts`` are events of
+    it that keep their device time for want of a sent or received time: valid events only, as
+    the embedded engine counts them (:attr:`cep.engine.EngineStats.uncorrected`; a row its
+    stream refuses is a dead letter, not an event). The rows that lack either time are found
+    column-wise; only those are parsed and validated row by row.
+
+    Examples
+    --------
+    >>> from query_lang import parse
+    >>> decl, = parse("stream app (u string, ts int, s int, r int) time ts unit ms "
+    ...               "sent s received r").declarations
+    >>> app = StreamSchema.from_decl(decl, now_ms=1_000)
+    >>> texts = pa.array([
+    ...     '{"u": "a", "ts": 10, "s": 10, "r": 15}',
+    ...     '{"u": "b", "ts": 10, "r": 15}',            # no sent time
+    ...     '{"u": "c", "ts": 10, "s": null}',          # neither
+    ...     '{"u": 7, "ts": 10}',                       # not an event: u is no string
+    ...     '{"stream": "other", "ts": 10}', 'not json', None])
+    >>> uncorrected_counts(texts, {"app": app}, "app")
+    {'app': 2}
+    """
+    n = len(texts)
+    if not n or not schemas:
+        return {}
+    opens = pc.starts_with(pc.utf8_ltrim_whitespace(texts), "{")
+    rows = np.flatnonzero(pc.fill_null(opens, False).to_numpy(zero_copy_only=False))
+    if not len(rows):
+        return {}
+    objects = texts.take(pa.array(rows)) if len(rows) < n else texts
+    lacking = _lacking_a_time(objects, schemas, default_stream)
+    if lacking is not None:
+        rows = rows[lacking]
+    counts: dict[str, int] = {}
+    for text in texts.take(pa.array(rows, pa.int64())).to_pylist():
+        try:
+            value = parse_json_line(text)
+        except BadEventError:
+            continue  # a dead letter
+        stream = value.get(STREAM_FIELD)
+        if stream is None:
+            stream = default_stream
+        schema = schemas.get(stream) if isinstance(stream, str) else None
+        if schema is None:
+            continue
+        try:
+            event = schema.normalise(value, seq=0, position=0)
+        except BadEventError:
+            continue  # a dead letter
+        if schema.uncorrected(event.fields):
+            counts[schema.name] = counts.get(schema.name, 0) + 1
+    return counts
+
+
+def _lacking_a_time(
+    texts: pa.Array, schemas: Mapping[str, StreamSchema], default_stream: str | None
+) -> np.ndarray | None:
+    """Per JSON object text, whether it names (or defaults to) a stream of ``schemas`` and
+    lacks that stream's sent or received time (missing or null), read column-wise; ``None``
+    when ``pyarrow.json`` cannot read the texts so (the caller then looks at every row). A row
+    marked may still be refused by its stream; a row not marked cannot be an event that keeps
+    its device time: what the column-wise parse reads of a line the row-wise parse accepts, it
+    reads alike."""
+    names = sorted({name for schema in schemas.values() if schema.clock is not None
+                    for name in (schema.clock.sent_field, schema.clock.received_field)})
+    if STREAM_FIELD in names:
+        return None
+    buffer = _newline_joined(texts)
+    block = max(1 << 20, buffer.size + 1)
+    table = None
+    for time_type in (pa.float64(), pa.string()):
+        options = pa_json.ParseOptions(
+            explicit_schema=pa.schema([(STREAM_FIELD, pa.string())]
+                                      + [(name, time_type) for name in names]),
+            unexpected_field_behavior="ignore",
+        )
+        try:
+            table = pa_json.read_json(
+                io.BytesIO(buffer), parse_options=options,
+                read_options=pa_json.ReadOptions(block_size=block, use_threads=False),
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+        break
+    if table is None or table.num_rows != len(texts):
+        return None
+    streams = table.column(STREAM_FIELD).to_pandas()
+    if default_stream is not None:
+        streams = streams.fillna(default_stream)
+    lacking = np.zeros(len(texts), dtype=bool)
+    for name, schema in schemas.items():
+        clock = schema.clock
+        if clock is None:
+            continue
+        missing = pc.or_(pc.is_null(table.column(clock.sent_field)),
+                         pc.is_null(table.column(clock.received_field)))
+        lacking |= (streams == name).to_numpy() & missing.to_numpy(zero_copy_only=False)
+    return lacking
+
+
+def uncorrected_in(payloads: Iterable[bytes]) -> dict[str, int]:
+    """The counts of events that kept their device time carried by routed blobs
+    (:data:`UNCORRECTED_METADATA`), summed per stream; only each blob's schema is read.
+
+    Examples
+    --------
+    Two processors read a stream whose two events lack a sent time; each is counted once:
+
+    >>> from query_lang import parse
+    >>> decl, = parse("stream app (k string, ts int, s int, r int) time ts unit ms "
+    ...               "sent s received r").declarations
+    >>> class Reader:
+    ...     schemas = {"app": StreamSchema.from_decl(decl, now_ms=1_000)}
+    ...     def key_of(self, event): return (event.get("k"),)
+    ...     def process(self, key, state, events, watermark_ms): return None
+    >>> route = JsonRoute("_event", {None: StreamRoute(("k",), "ts", 1)}, "app", 2)
+    >>> plan = RoutePlan(((route, Reader(), None), (route, Reader(), None)), 2, 0,
+    ...                  clock_streams=frozenset({"app"}))
+    >>> batch = pa.RecordBatch.from_pydict({"_event": [
+    ...     '{"k": "a", "ts": 10, "s": 10}', '{"k": "b", "ts": 11}', '{"k": "a", "ts": 12}']})
+    >>> routed = [row for out in route_plan_batches([batch], plan) for row in out.to_pylist()]
+    >>> uncorrected_in(row[PACKED_COLUMN] for row in routed)
+    {'app': 3}
+    """
+    counts: dict[str, int] = {}
+    for payload in payloads:
+        metadata = pa.ipc.open_stream(pa.py_buffer(payload)).schema.metadata or {}
+        carried = metadata.get(UNCORRECTED_METADATA)
+        if carried:
+            for stream, count in json.loads(carried).items():
+                counts[stream] = counts.get(stream, 0) + int(count)
+    return counts
 
 
 def _packed(
     table: pa.Table, times: np.ndarray, buckets: np.ndarray, need: np.ndarray, *, offset: int,
-    bucket_count: int,
+    bucket_count: int, uncorrected: Mapping[str, int] | None = None,
 ) -> pa.RecordBatch:
     missing = np.isnan(times)
     stamps = pa.array(np.where(missing, 0, times).astype(np.int64), mask=missing)
@@ -583,10 +767,14 @@ def _packed(
     starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_buckets)) + 1))
     ends = np.append(starts[1:], len(sorted_buckets))
     maxima = np.maximum.reduceat(sorted_times, starts)
-    payloads = [
-        ipc_bytes(ordered.slice(lo, hi - lo))
-        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)
-    ]
+    slices = [ordered.slice(lo, hi - lo)
+              for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)]
+    if uncorrected:
+        carried = json.dumps(dict(sorted(uncorrected.items())), separators=(",", ":"))
+        slices[0] = slices[0].replace_schema_metadata(
+            {**(slices[0].schema.metadata or {}), UNCORRECTED_METADATA: carried.encode()}
+        )
+    payloads = [ipc_bytes(part) for part in slices]
     finite = np.isfinite(maxima)
     return pa.RecordBatch.from_arrays(
         [

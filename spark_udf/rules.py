@@ -285,7 +285,7 @@ def route_specs(
         for (route, processor, layout), spec in zip(entries, specs, strict=True)
     ]
     return RoutePlan(tuple(entries), buckets, max(spec.lateness_ms for spec in specs),
-                     None if slots is None else tuple(slots))
+                     None if slots is None else tuple(slots), clock_streams=frozenset(clocked))
 
 
 def detect_specs(

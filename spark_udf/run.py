@@ -100,6 +100,10 @@ class RunSummary:
         the program (kept with its state, reset to a new version, added, dropped).
     held:
         Per rule, the matches its ``unique`` held back in this run.
+    uncorrected:
+        Events of clock-corrected streams read by this run that kept their device time,
+        lacking a sent or received time (:mod:`cep.events.clock`), each counted once as the
+        embedded engine counts them (:attr:`cep.engine.EngineStats.uncorrected`).
     """
 
     batches: int
@@ -117,6 +121,7 @@ class RunSummary:
     flush_s: float = 0.0
     edits: RestoreReport | None = None
     held: Mapping[str, int] = field(default_factory=dict)
+    uncorrected: int = 0
 
     @property
     def events_per_second(self) -> float:
@@ -464,6 +469,7 @@ def run_spark(
         flush_s=flush_s,
         edits=edit.report if previous is not None and edit.forms else None,
         held=dict(counters.held),
+        uncorrected=counters.uncorrected,
     )
 
 

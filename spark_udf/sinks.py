@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_udf.errors import OperatorConfigError, SinkError
-from spark_udf.records import DEAD_LETTER, HELD
+from spark_udf.records import COUNT_KINDS, DEAD_LETTER, HELD, UNCORRECTED
 
 __all__ = ["END_TAG", "FORMATS", "BatchSink", "SinkCounters", "read_batch", "read_outputs"]
 
@@ -39,6 +39,9 @@ class SinkCounters:
     last_batch_id: int | None = None
     held: dict[str, int] = field(default_factory=dict)
     """Per rule, matches its ``unique`` held back (the operator's ``held`` rows, summed)."""
+    uncorrected: int = 0
+    """Events of clock-corrected streams that kept their device time, lacking a sent or
+    received time (the ``uncorrected`` rows, summed)."""
 
 
 END_TAG = "end"
@@ -173,13 +176,10 @@ class BatchSink:
 
     def _write(self, frame: pd.DataFrame, batch_id: int, tag: str) -> int:
         frame = frame.sort_values(["kind", "name", "match_id"], kind="stable")
-        is_held = frame["kind"] == HELD
-        if is_held.any():
-            held = self.counters.held
-            for payload in frame.loc[is_held, "payload"]:
-                row = json.loads(payload)
-                held[row["rule"]] = held.get(row["rule"], 0) + int(row["held"])
-            frame = frame[~is_held]
+        counted = frame["kind"].isin(COUNT_KINDS)
+        if counted.any():
+            self._add_counts(frame[counted])
+            frame = frame[~counted]
         is_dead = frame["kind"] == DEAD_LETTER
         matches = frame[~is_dead]
         # Every processor reading a stream reports its bad events; a dead letter's id is a
@@ -201,6 +201,17 @@ class BatchSink:
         if self.on_matches is not None and len(matches):
             self.on_matches(batch_id, [json.loads(p) for p in matches["payload"]])
         return len(matches)
+
+    def _add_counts(self, rows: pd.DataFrame) -> None:
+        """Add the operator's count rows (:data:`~spark_udf.records.COUNT_KINDS`) to the
+        counters."""
+        counters = self.counters
+        for kind, payload in zip(rows["kind"], rows["payload"], strict=True):
+            row = json.loads(payload)
+            if kind == HELD:
+                counters.held[row["rule"]] = counters.held.get(row["rule"], 0) + int(row["held"])
+            elif kind == UNCORRECTED:
+                counters.uncorrected += int(row["uncorrected"])
 
 
 def _part_files(directory: str, *, flushes: bool = True) -> Iterator[str]:

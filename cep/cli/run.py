@@ -597,7 +597,9 @@ def _run_spark(
     lines = [
         f"vigil run: spark: {summary.input_rows:,} event(s) in {summary.batches} "
         f"micro-batch(es) ({summary.events_per_second:,.0f}/s), {summary.matches} match(es), "
-        f"{summary.dead_letters} dead letter(s) ({summary.late} late)",
+        f"{summary.dead_letters} dead letter(s) ({summary.late} late)"
+        + (f", {summary.uncorrected} with their device's clock uncorrected (no sent or "
+           "received time)" if summary.uncorrected else ""),
         *(f"  {name}: {counts[name]} match(es)"
           + (f" ({summary.held[name]} more held back by its unique)"
              if summary.held.get(name) else "")

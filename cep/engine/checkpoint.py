@@ -123,7 +123,9 @@ _FILE_CODEC = StateCodec(
 
 _IDENTITY_SCHEME = "vigil-form/1"
 
-_ENGINE_COUNTERS = ("seq", "events", "accepted", "late", "bad", "unkeyed", "unchanged")
+_ENGINE_COUNTERS = (
+    "seq", "events", "accepted", "late", "bad", "unkeyed", "unchanged", "uncorrected",
+)
 """Counters of the engine (its ``_seq``, ``_events``, ...) a snapshot keeps."""
 _STANDING_COUNTERS = ("documents", "verified", "unsearchable")
 """Counters of the standing queries a snapshot keeps."""

@@ -164,6 +164,23 @@ def test_events_without_sent_or_received_are_uncorrected_and_counted() -> None:
         assert engine.stats.bad == 0
 
 
+def test_the_count_of_uncorrected_events_is_kept_across_a_checkpoint_restore() -> None:
+    """As the engine's other counters (events, late, bad, ...): a resumed run goes on
+    counting from what the snapshot held."""
+    engine = Engine(now_ms=NOW_MS)
+    engine.register(CORRECTED)
+    engine.feed(_app(action="login", ts=BASE_MS))
+    engine.feed(_app(action="view", ts=BASE_MS + 1, sent_at=BASE_MS + 1, received_at=None))
+    engine.feed(_app(action="view", ts=BASE_MS + 2, sent_at=BASE_MS + 2,
+                     received_at=BASE_MS + 2))
+    restored = Engine(now_ms=NOW_MS)
+    restored.register(CORRECTED)
+    restored.restore(engine.snapshot())
+    assert restored.stats.uncorrected == engine.stats.uncorrected == 2
+    restored.feed(_app(action="buy", ts=BASE_MS + 3, received_at=BASE_MS + 3))
+    assert restored.stats.uncorrected == 3
+
+
 def test_bad_sent_or_received_values_are_dead_letters() -> None:
     program = CORRECTED.replace("sent_at int, received_at int", "sent_at timestamp, "
                                 "received_at timestamp")
