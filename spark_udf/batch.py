@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -489,7 +490,9 @@ def _held_since(
             out.append(held_record(rule, count, where))
 
 
+@lru_cache(maxsize=1 << 16)
 def _table_slot(table: str, key: tuple) -> str:
+    # Cached: a changed key's slot is named when it is read and again when it is written.
     return f"{TABLES_SLOT}{table}\x00{key_text(key)}"
 
 

@@ -8,13 +8,12 @@ deduplicate without parsing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from cep.events.identity import canonical_id, canonical_json
+from cep.events.identity import canonical_id, canonical_json, json_text
 from query_lang import timestamps
 
 __all__ = [
@@ -78,22 +77,7 @@ def key_text(key: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
         return None
     if type(key) is not tuple and isinstance(key, Mapping):
         return canonical_json(dict(key))
-    # The common key, text and integers, written directly: the same text as canonical JSON
-    # (strings needing no escape, ints as their digits), without a json.dumps per key.
-    parts = []
-    for part in key:
-        kind = type(part)
-        if kind is str and not _ESCAPED.search(part):
-            parts.append(f'"{part}"')
-        elif kind is int:
-            parts.append(str(part))
-        else:
-            return canonical_json(list(key))
-    return f"[{','.join(parts)}]"
-
-
-_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
-"""Characters JSON text escapes (``ensure_ascii=False``): controls, quote, backslash."""
+    return json_text(key if type(key) is tuple else list(key))
 
 
 def match_time_ms(value: Any) -> int | None:

@@ -106,8 +106,8 @@ def json_fields(processor: Any) -> dict[str, pa.DataType] | None:
     """The fields (with Arrow types) a column-wise relevance test of ``processor`` reads from
     each row's JSON — the ``stream`` field and the declared non-time fields of every stream its
     rules read — or ``None`` when the test does not apply: a processor without compiled rules,
-    a rule that must see every row, a stream with epoch seconds or field types other than
-    numbers, booleans and strings."""
+    a rule that must see every row, a stream with field types other than numbers, booleans
+    and strings."""
     rules = getattr(processor, "rules", None)
     schemas = getattr(processor, "schemas", None)
     if not rules or schemas is None or not all(hasattr(r, "columnar_mask") for r in rules):
@@ -117,7 +117,7 @@ def json_fields(processor: Any) -> dict[str, pa.DataType] | None:
     fields: dict[str, pa.DataType] = {STREAM_FIELD: pa.string()}
     for stream in sorted({s for rule in rules for s in rule.streams}):
         schema = schemas.get(stream)
-        if schema is None or schema.epoch_unit_ms != 1:
+        if schema is None:
             return None
         for name, kind in schema.fields.items():
             if name == schema.time_field:
@@ -251,7 +251,9 @@ def needed_from_parsed(
             continue
         schema = schemas[stream]
         part = frame.iloc[rows].drop(columns=[STREAM_FIELD]).reset_index(drop=True)
-        part[schema.time_field] = np.asarray(times, dtype=np.int64)[rows]
+        # As instants: the stream's epoch unit (ms or s) reads them the same either way.
+        part[schema.time_field] = pd.to_datetime(np.asarray(times, dtype=np.int64)[rows],
+                                                 unit="ms", utc=True)
         normalised, _, bad = schema.normalise_frame(part)
         for position, _reason, _detail in bad:
             keep[rows[position]] = True

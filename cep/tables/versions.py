@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cep.errors import CheckpointError
+from cep.events.identity import plain_json
 
 __all__ = ["VersionedTable", "decode_versions", "encode_versions"]
 
@@ -291,7 +292,11 @@ def encode_versions(versions: Sequence[tuple]) -> bytes:
     >>> decode_versions(encode_versions([(1, 0, ("c1", "FR")), (2, 1, None)]))
     [(1, 0, ('c1', 'FR')), (2, 1, None)]
     """
-    return json.dumps(_plain(versions), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    plain = _plain(versions)
+    text = plain_json(plain)
+    if text is None:  # a value json.dumps writes otherwise (or refuses)
+        text = json.dumps(plain, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8")
 
 
 def _plain(versions: Sequence[tuple]) -> list:

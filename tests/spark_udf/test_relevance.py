@@ -7,6 +7,7 @@ import json
 import random
 
 import pandas as pd
+import pytest
 
 import spark_udf.batch as batch
 from spark_udf.batch import SEQ_COLUMN, TIME_COLUMN, EventLayout, process_bucket
@@ -95,6 +96,11 @@ def test_skipping_rows_changes_no_output(monkeypatch):
     assert len(filtered) >= 9
 
 
+def _in_seconds(events: list[dict]) -> list[dict]:
+    """The events stamped in epoch seconds (with fractions), as a `unit s` stream has them."""
+    return [None if e is None else {**e, "ts": e["ts"] / 1000} for e in events]
+
+
 def test_the_json_shortcut_agrees_with_the_row_by_row_filter():
     from spark_udf.relevance import needed_rows_from_json
 
@@ -105,6 +111,13 @@ def test_the_json_shortcut_agrees_with_the_row_by_row_filter():
     keep = needed_rows_from_json(processor, texts, times, None)
     assert keep is not None and keep.sum() > 0
     assert (keep == needed_rows(processor, events)).all()
+    # a stream stamped in epoch seconds: the same rows (the times reach it as instants)
+    seconds = _processor(RELAXED.replace("unit ms", "unit s"))
+    stamped = _in_seconds(events)
+    texts_s = [json.dumps({k: v for k, v in e.items() if k != SEQ_COLUMN}) for e in stamped]
+    keep_s = needed_rows_from_json(seconds, texts_s, times, None)
+    assert keep_s is not None and (keep_s == keep).all()
+    assert (keep_s == needed_rows(seconds, stamped)).all()
     # rows the declared types do not fit, non-objects and broken JSON: parse row by row
     for odd in ('{"amount": "lots", "stream": "txn"}', "[1, 2]", "{broken"):
         assert needed_rows_from_json(processor, [*texts[:5], odd], times[:6], None) is None
@@ -112,19 +125,22 @@ def test_the_json_shortcut_agrees_with_the_row_by_row_filter():
     assert needed_rows_from_json(_processor(STRICT), texts, times, None) is None
 
 
-def test_json_rows_skipped_by_the_shortcut_change_no_output(monkeypatch):
+@pytest.mark.parametrize("unit", ["ms", "s"])
+def test_json_rows_skipped_by_the_shortcut_change_no_output(monkeypatch, unit):
     import spark_udf.relevance as relevance
 
+    program = RELAXED.replace("unit ms", f"unit {unit}")
     events = _events(2_000, seed=6)
     for i in range(50, 2_000, 250):
         card = f"c{i % 8}"
         for j in range(3):
             events[i + j] = {**events[i + j], "card_id": card, "amount": 0.3, "merchant": "m9"}
         events[i + 3] = {**events[i + 3], "card_id": card, "amount": 700.0, "merchant": "m2"}
+    stamped = events if unit == "ms" else _in_seconds(events)
     frame = pd.DataFrame({
         SEQ_COLUMN: [e[SEQ_COLUMN] for e in events],
         "_event": [json.dumps({k: v for k, v in e.items() if k not in ("stream", SEQ_COLUMN)})
-                   for e in events],
+                   for e in stamped],
         TIME_COLUMN: [e["ts"] for e in events],
     })
     layout = EventLayout(event_columns=(SEQ_COLUMN,), json_column="_event",
@@ -138,7 +154,7 @@ def test_json_rows_skipped_by_the_shortcut_change_no_output(monkeypatch):
         return result
 
     def run() -> list[str]:
-        processor = _processor(RELAXED)
+        processor = _processor(program)
         bucket = BucketState()
         # late rows (behind the watermark) are still reported, with their content
         records = process_bucket(processor, bucket, [frame], layout, BASE_MS + 2_000).records
