@@ -261,6 +261,28 @@ def _newline_joined(texts: pa.Array) -> pa.Buffer:
     return data.slice(int(view[0]), int(view[-1] - view[0]))
 
 
+def _read_timed(
+    texts: pa.Array, fields: Mapping[str, pa.DataType], time_fields: Iterable[str]
+) -> pa.Table | None:
+    """The JSON object ``texts`` parsed column-wise (``pyarrow.json``, other fields ignored):
+    ``fields`` of their types, ``time_fields`` as numbers (epoch times) or, when some row holds
+    text there, as text (ISO-8601); ``None`` when neither reads every row as one object."""
+    buffer = _newline_joined(texts)
+    block = max(1 << 20, buffer.size + 1)
+    for time_type in (pa.float64(), pa.string()):
+        schema = pa.schema(list(fields.items()) + [(name, time_type) for name in time_fields])
+        options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+        try:
+            table = pa_json.read_json(
+                io.BytesIO(buffer), parse_options=options,
+                read_options=pa_json.ReadOptions(block_size=block, use_threads=False),
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+        return table if table.num_rows == len(texts) else None
+    return None
+
+
 class _Router:
     """Column-wise routing of one processor's rows (built once per Python worker)."""
 
@@ -290,24 +312,7 @@ class _Router:
     def _parse(self, texts: pa.Array) -> pa.Table | None:
         if self.fields is None:
             return None
-        buffer = _newline_joined(texts)
-        block = max(1 << 20, buffer.size + 1)
-        for time_type in (pa.float64(), pa.string()):
-            schema = pa.schema(
-                list(self.fields.items()) + [(name, time_type) for name in self.time_fields]
-            )
-            options = pa_json.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
-            )
-            try:
-                table = pa_json.read_json(
-                    io.BytesIO(buffer), parse_options=options,
-                    read_options=pa_json.ReadOptions(block_size=block, use_threads=False),
-                )
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                continue
-            return table if table.num_rows == len(texts) else None
-        return None
+        return _read_timed(texts, self.fields, self.time_fields)
 
     def locate(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(times ms as float with NaN for none, buckets, need)`` of the rows' JSON texts.
@@ -674,24 +679,8 @@ def _lacking_a_time(
                     for name in (schema.clock.sent_field, schema.clock.received_field)})
     if STREAM_FIELD in names:
         return None
-    buffer = _newline_joined(texts)
-    block = max(1 << 20, buffer.size + 1)
-    table = None
-    for time_type in (pa.float64(), pa.string()):
-        options = pa_json.ParseOptions(
-            explicit_schema=pa.schema([(STREAM_FIELD, pa.string())]
-                                      + [(name, time_type) for name in names]),
-            unexpected_field_behavior="ignore",
-        )
-        try:
-            table = pa_json.read_json(
-                io.BytesIO(buffer), parse_options=options,
-                read_options=pa_json.ReadOptions(block_size=block, use_threads=False),
-            )
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            continue
-        break
-    if table is None or table.num_rows != len(texts):
+    table = _read_timed(texts, {STREAM_FIELD: pa.string()}, names)
+    if table is None:
         return None
     streams = table.column(STREAM_FIELD).to_pandas()
     if default_stream is not None:
