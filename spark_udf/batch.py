@@ -518,13 +518,20 @@ def _open_tables(processor: KeyedProcessor, bucket: BucketState) -> tuple[Any, i
 
 
 def _close_tables(opened: tuple[Any, int] | None, bucket: BucketState, watermark_ms: int) -> None:
-    """Write back the keys the call changed (compacted: events up to ``watermark_ms`` are
-    released by now) and the time the tables are read up to."""
+    """Write back the keys the call changed, compacted, and the time the tables are read up
+    to (``watermark_ms``: a change at or before it comes too late for the tables).
+
+    Compaction keeps what a lookup at the bucket's earliest due time can still see: a key
+    without input in this call may hold events the watermark has passed that no call has
+    released yet (its timer wakes it after this call's keys ran, in the same micro-batch or
+    the next), and they read the tables as of their own times (a key's due time is at most its
+    earliest held event's)."""
     if opened is None:
         return
     tables, released = opened
     released = max(released, watermark_ms)
-    tables.compact(released)
+    pending = bucket.earliest_due()
+    tables.compact(released if pending is None else min(released, pending))
     for table, key, data in tables.changed():
         bucket.set(_table_slot(table, key), data, None)
     bucket.set(TABLES_SLOT, tables.header(released), None)

@@ -87,6 +87,7 @@ def _run(texts: list[str], cuts: list[int], program: str = PROGRAM) -> tuple[lis
     plan = route_specs({SEQ_COLUMN: "bigint", "_event": "string"}, specs, buckets=BUCKETS)
     processors = [resolve_processor(source) for _, source, _ in plan.entries]
     stored: dict[int, BucketState] = {}
+    timers: dict[int, int] = {}  # each bucket's registered timer
     records: list[dict] = []
     watermark = NO_WATERMARK
     latest = None
@@ -102,14 +103,24 @@ def _run(texts: list[str], cuts: list[int], program: str = PROGRAM) -> tuple[lis
                 blobs.setdefault(row[BUCKET_COLUMN], []).append(row[PACKED_COLUMN])
                 if row[MAX_TIME_COLUMN] is not None:
                     latest = max(latest or row[MAX_TIME_COLUMN], row[MAX_TIME_COLUMN])
-        for group, payloads in sorted(blobs.items()):
+        for group in sorted(set(blobs) | set(stored)):
+            # As the bucketed operator does: a bucket with input runs its rows, then wakes
+            # its keys whose timer the watermark reached; one without input only the latter.
             owner = plan.owner(group)
             bucket = stored.setdefault(group, BucketState())
-            frames, filtered = _unpacked(payloads, watermark)
-            records += process_bucket(
-                processors[owner], bucket, frames, plan.entries[owner][2], watermark,
-                filtered=filtered, bucket_index=group % BUCKETS,
-            ).records
+            if group in blobs:
+                frames, filtered = _unpacked(blobs[group], watermark)
+                records += process_bucket(
+                    processors[owner], bucket, frames, plan.entries[owner][2], watermark,
+                    filtered=filtered, bucket_index=group % BUCKETS,
+                ).records
+            if group in timers and timers[group] <= watermark:
+                records += fire_due_keys(processors[owner], bucket, watermark)
+            due = bucket.earliest_due()
+            if due is None:
+                timers.pop(group, None)
+            else:
+                timers[group] = max(due, watermark + 1)
         if latest is not None:
             watermark = max(watermark, latest - plan.lateness_ms)
     for group, bucket in sorted(stored.items()):
