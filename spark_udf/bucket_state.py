@@ -93,12 +93,11 @@ class _Slots(Mapping[str, KeySlot]):
     """``BucketState.keys``: the stored keys, with the ones set since they were read (a
     ``None`` there: the key is gone) in front of them."""
 
-    __slots__ = ("_stored", "_changed", "_gone")
+    __slots__ = ("_stored", "_changed")
 
     def __init__(self, stored: _Stored | None, changed: dict[str, KeySlot | None]) -> None:
         self._stored = stored
         self._changed = changed
-        self._gone = 0  # stored keys changed to None
 
     def __getitem__(self, key: str) -> KeySlot:
         if key in self._changed:
@@ -135,20 +134,15 @@ class _Slots(Mapping[str, KeySlot]):
 
     def __len__(self) -> int:
         stored = 0 if self._stored is None else len(self._stored.names)
-        overridden = 0 if self._stored is None else sum(
-            1 for name in self._changed if name in self._stored.index
-        )
         present = sum(1 for slot in self._changed.values() if slot is not None)
-        return stored - overridden + present
+        return stored - len(self.overridden()) + present
 
-    def __bool__(self) -> bool:
-        if any(slot is not None for slot in self._changed.values()):
-            return True
-        if self._stored is None:
-            return False
-        return len(self._stored.names) > sum(
-            1 for name in self._changed if name in self._stored.index
-        )
+    def overridden(self) -> list[int]:
+        """Positions of the stored keys set since they were read (changed or gone)."""
+        stored = self._stored
+        if stored is None:
+            return []
+        return [stored.index[name] for name in self._changed if name in stored.index]
 
     def set(self, key: str, slot: KeySlot | None) -> None:
         if slot is None and not (self._stored is not None and key in self._stored.index):
@@ -210,7 +204,7 @@ class BucketState:
                 if slot is not None and slot.due_ms is not None]
         if stored is not None and len(stored.names):
             times = stored.dues
-            overridden = [stored.index[name] for name in slots._changed if name in stored.index]
+            overridden = slots.overridden()
             if overridden:
                 times = times.copy()
                 times[overridden] = NO_TIME
@@ -260,7 +254,7 @@ class BucketState:
         states: list[Any] = []
         if stored is not None and len(stored.names):
             keep = np.ones(len(stored.names), dtype=bool)
-            keep[[stored.index[n] for n in slots._changed if n in stored.index]] = False
+            keep[slots.overridden()] = False
             names.extend(compress(stored.names, keep.tolist()))
             lengths.append(stored.lengths[keep])
             dues.append(stored.dues[keep])
