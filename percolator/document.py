@@ -160,15 +160,15 @@ class AnalyzedDocument:
         if DEFAULT_FIELD in names:
             found = self.terms(DEFAULT_FIELD)
             defaults = self.default_fields()
-            others = [f for f in names if f != DEFAULT_FIELD and f not in defaults]
+            parts = [
+                terms for f in names
+                if f != DEFAULT_FIELD and f not in defaults and (terms := self.terms(f))
+            ]
         else:
             found = frozenset()
-            others = list(names)
-        for name in others:
-            terms = self.terms(name)
-            if terms:
-                found = found | terms
-        return found
+            parts = [terms for f in names if (terms := self.terms(f))]
+        # One union of every part: adding them one by one would copy the text's terms each time.
+        return found.union(*parts) if parts else found
 
     def kind(self, name: str) -> str:
         """``text`` or ``keyword``: how field ``name`` is analysed in this document."""
@@ -193,27 +193,28 @@ class AnalyzedDocument:
         booleans their :func:`canonical_keyword`.
         """
         terms = self._terms.get(name)
-        if terms is None:
-            if name == DEFAULT_FIELD:
-                union: set[str] = set()
-                for member in self.default_fields():
-                    union |= self.terms(member)
-                terms = frozenset(union)
+        if terms is not None:
+            return terms
+        if name == DEFAULT_FIELD:
+            members = [self.terms(member) for member in self.default_fields()]
+            terms = (
+                members[0] if len(members) == 1 else frozenset().union(*members)
+            )
+        elif self.kind(name) == TEXT:
+            plain = self._plain_text(name)
+            if plain is not None:
+                terms = frozenset(plain[1])
             else:
-                plain = self._plain_text(name)
-                if plain is not None:
-                    terms = frozenset(plain[1])
-                    self._terms[name] = terms
-                    return terms
-                text = self.kind(name) == TEXT
                 collected: set[str] = set()
                 for value in self._values.get(name, ()):
-                    if text and isinstance(value, str):
+                    if isinstance(value, str):
                         collected |= text_terms(value)
                     else:
                         collected.add(canonical_keyword(value))
                 terms = frozenset(collected)
-            self._terms[name] = terms
+        else:
+            terms = frozenset([canonical_keyword(value) for value in self._values.get(name, ())])
+        self._terms[name] = terms
         return terms
 
     def _plain_text(self, name: str) -> tuple[str, list[str], str] | None:
