@@ -215,3 +215,32 @@ def test_ascii_fast_path_equals_the_regex_tokenizer(text):
         {"title": "text", "tags": "text"}))
     assert doc.terms("title") == {t.term for t in doc.tokens("title")}
     assert doc.terms("tags") == {t.term for t in doc.tokens("tags")}
+
+
+_VALUES = st.one_of(
+    _ASCII_TEXT, st.text(max_size=12), st.integers(-5, 5), st.floats(-2, 2), st.booleans(),
+    st.none(), st.lists(st.one_of(_ASCII_TEXT, st.integers(0, 3)), max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["title", "body", "tag", "code", "n", "extra"]), _VALUES),
+    st.lists(st.sampled_from([DEFAULT_FIELD, "title", "body", "tag", "code", "n", "extra"]),
+             max_size=5),
+    st.booleans(),
+)
+def test_terms_in_fields_is_the_union_of_each_fields_terms(source, names, declared_defaults):
+    # The prefilter probes terms_in(fields) once; it must hold exactly the terms each named
+    # field holds (the default fields' under DEFAULT_FIELD), keyword and text fields alike.
+    schema = Schema.of(
+        {"title": "text", "body": "text", "tag": "string", "code": "string", "n": "int"},
+        default_fields=["title", "body"] if declared_defaults else None,
+    )
+    doc = AnalyzedDocument(source, schema)
+    fresh = AnalyzedDocument(source, schema)
+    expected = set().union(*(fresh.terms(name) for name in names))
+    assert doc.terms_in(names) == expected
+    defaults = set().union(*(AnalyzedDocument(source, schema).terms(f)
+                             for f in doc.default_fields()))
+    assert doc.terms(DEFAULT_FIELD) == defaults
