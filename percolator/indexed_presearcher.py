@@ -104,6 +104,8 @@ class IndexedSegment(Segment):
         # Sealed: term -> (its key postings, (field, atom id, ...) of the key pattern atoms it
         # passes), for the terms seen so far.
         self._known: dict[str, tuple[Any, ...]] = {}
+        # The entries of _known other than _NOTHING.
+        self._useful: dict[str, tuple[Any, ...]] = {}
 
     def _atom_id(self, atom: Atom) -> int:
         known = self._atom_ids.get(atom)
@@ -251,12 +253,16 @@ class IndexedSegment(Segment):
     def _learn(self, terms: Iterable[str]) -> None:
         """Fill in what the segment knows of terms first seen."""
         known = self._known
+        useful = self._useful
         term_keys = self._term_keys
         passes = self.patterns.passes
         for term in terms:
             keys = term_keys.get(term, ())
             key_patterns = passes(term)
-            known[term] = (keys, key_patterns) if keys or key_patterns else _NOTHING
+            if keys or key_patterns:
+                known[term] = useful[term] = (keys, key_patterns)
+            else:
+                known[term] = _NOTHING
 
     def candidates_batch(self, docs: Sequence[AnalyzedDocument]) -> list[Iterable[int]]:
         if self._columnar is None or len(docs) < 2:
@@ -286,20 +292,18 @@ class IndexedSegment(Segment):
             held = [(term, term_keys[term]) for term in term_keys.keys() & probe]
         elif probe:
             known = self._known
-            present = known.keys() & probe
-            if len(present) < len(probe):
+            if not known.keys() >= probe:
                 if len(known) + len(probe) > _TERM_MEMORY:
                     # Start afresh, so what is remembered stays the stream's recent terms.
                     known.clear()
+                    self._useful.clear()
                     self._learn(probe)
                 else:
-                    self._learn(probe - present)
-                present = probe
-            for term in present:
-                info = known[term]
-                if info is _NOTHING:
-                    continue
-                keys, key_patterns = info
+                    self._learn(probe - known.keys())
+            # Only the terms that key something are walked: most of a document's do not.
+            useful = self._useful
+            for term in useful.keys() & probe:
+                keys, key_patterns = useful[term]
                 if keys:
                     held.append((term, keys))
                 for index in range(0, len(key_patterns), 2):
