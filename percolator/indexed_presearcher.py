@@ -15,6 +15,7 @@ from percolator.errors import ConfigurationError
 from percolator.evaluate import CompiledQuery
 from percolator.extract import DEFAULT_SELECTIVITY, Atom, Requirement, Selectivity, extract
 from percolator.intervals import IntervalTable, value_hits
+from percolator.layout_trial import FLAT, LayoutTrial
 from percolator.pattern_table import PATTERN_ATOMS, PATTERN_ID_MASK, PatternTable
 from percolator.presearcher import Presearcher, Segment
 
@@ -25,10 +26,11 @@ __all__ = [
     "IndexedSegment",
 ]
 
-#: Segments sealed with at least this many queries keep their postings as flat arrays
-#: (:class:`~percolator.columnar.ColumnarPostings`). On the benchmark's queries
-#: (docs/benchmarks.md) both mixes select candidates faster that way at 1M queries; at 100k
-#: needle queries do not, whose few keys per document the Python postings reach from cache.
+#: Segments sealed with at least this many queries also lay their postings out as flat arrays
+#: (:class:`~percolator.columnar.ColumnarPostings`) and keep whichever layout selects faster on
+#: the stream (:class:`~percolator.layout_trial.LayoutTrial`). Below it the Python postings
+#: win on every mix of the benchmark (docs/benchmarks.md): flat arrays pay a fixed cost per
+#: batch and per atom a document holds.
 COLUMNAR_THRESHOLD = 200_000
 
 #: A query is posted under atom pairs only when its two clauses give at most this many pairs.
@@ -68,20 +70,26 @@ class IndexedSegment(Segment):
     both. Intervals and field presence are found for the document up front; a partner or
     checked pattern is tested when a posted query needs it, mostly by one substring search.
     The number of queries enters the work per document only through the partners of the keys
-    it holds. A segment sealed with at least ``columnar_threshold`` queries keeps the same
-    postings as flat arrays instead (:class:`~percolator.columnar.ColumnarPostings`).
+    it holds. A segment sealed with at least ``columnar_threshold`` queries lays the same
+    postings out as flat arrays too (:class:`~percolator.columnar.ColumnarPostings`) and, with
+    ``choose_layout``, serves documents from both in turn until it keeps the faster (else the
+    flat arrays alone).
     """
 
     def __init__(
         self,
         selectivity: Selectivity = DEFAULT_SELECTIVITY,
         columnar_threshold: int | None = None,
+        choose_layout: bool = True,
     ) -> None:
         super().__init__()
         self._selectivity = selectivity
         self._columnar_threshold = columnar_threshold
+        self._choose_layout = choose_layout
         # Sealed with at least columnar_threshold queries: the postings as flat arrays.
         self._columnar: ColumnarPostings | None = None
+        # While both layouts are kept: which serves the next documents, and their times.
+        self._trial: LayoutTrial | None = None
         self._atom_ids: dict[Atom, int] = {}
         # Non-pattern atom id -> the atom, to evaluate the terms left to check.
         self._atoms: list[Atom | None] = []
@@ -184,8 +192,12 @@ class IndexedSegment(Segment):
     def seal(self) -> None:
         threshold = self._columnar_threshold
         if threshold is not None and self.size >= threshold:
-            self._seal_columnar()
-            return
+            self._columnar = self._flat_postings()
+            if not self._choose_layout:
+                self._drop_postings()
+                super().seal()
+                return
+            self._trial = LayoutTrial()
         self.patterns.seal(self._atom_keys)
         for table in self._intervals.values():
             table.seal()
@@ -213,8 +225,15 @@ class IndexedSegment(Segment):
     def columnar(self) -> bool:
         return self._columnar is not None
 
-    def _seal_columnar(self) -> None:
-        """Seal into :class:`ColumnarPostings`, dropping the postings as Python objects."""
+    @property
+    def layout(self) -> str:
+        """``postings`` (Python objects), ``flat`` (arrays), or ``trial`` while both are kept."""
+        if self._trial is not None:
+            return "trial"
+        return "postings" if self._columnar is None else "flat"
+
+    def _flat_postings(self) -> ColumnarPostings:
+        """The segment's postings as :class:`ColumnarPostings`."""
         offsets = self.patterns.offsets
         fields = {offset: field_name for field_name, offset in offsets.items()}
         sources = {pattern_id: key for key, pattern_id in self.patterns.pattern_ids.items()}
@@ -239,7 +258,10 @@ class IndexedSegment(Segment):
             slot: [[atom_of(atom_id) for atom_id in clause] for clause in clauses]
             for slot, clauses in self._checks.items()
         }
-        self._columnar = ColumnarPostings(postings(), checks)
+        return ColumnarPostings(postings(), checks)
+
+    def _drop_postings(self) -> None:
+        """Free the postings as Python objects: the flat arrays serve alone from now on."""
         self._term_keys = {}
         self._atom_keys = {}
         self._checks = {}
@@ -248,7 +270,17 @@ class IndexedSegment(Segment):
         self._intervals = {}
         self._exists = {}
         self.patterns = PatternTable()
-        super().seal()
+        self._known = {}
+        self._useful = {}
+        self.partnered = {}
+
+    def _settle(self, winner: str) -> None:
+        """End the trial keeping the ``winner`` layout, freeing the other."""
+        self._trial = None
+        if winner == FLAT:
+            self._drop_postings()
+        else:
+            self._columnar = None
 
     def _learn(self, terms: Iterable[str]) -> None:
         """Fill in what the segment knows of terms first seen."""
@@ -265,18 +297,50 @@ class IndexedSegment(Segment):
                 known[term] = _NOTHING
 
     def candidates_batch(self, docs: Sequence[AnalyzedDocument]) -> list[Iterable[int]]:
-        if self._columnar is None or len(docs) < 2:
-            return super().candidates_batch(docs)
-        found = self._columnar.candidates_batch(docs)
+        if self._trial is not None:
+            return self._on_trial(self._trial, docs)
+        if self._columnar is None:
+            return [self._posted(doc) for doc in docs]
+        return self._flat(self._columnar, docs)
+
+    def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
+        if self._trial is not None:
+            return self._on_trial(self._trial, (doc,))[0]
+        if self._columnar is None:
+            return self._posted(doc)
+        return self._flat(self._columnar, (doc,))[0]
+
+    def _on_trial(
+        self, trial: LayoutTrial, docs: Sequence[AnalyzedDocument]
+    ) -> list[Iterable[int]]:
+        """Candidates from the layout whose turn it is, timed; the trial may end here."""
+        layout = trial.next_layout()
+        started = trial.clock()
+        if layout == FLAT:
+            assert self._columnar is not None
+            found = self._flat(self._columnar, docs)
+        else:
+            found = [self._posted(doc) for doc in docs]
+        trial.record(layout, len(docs), started, trial.clock())
+        if trial.winner is not None:
+            self._settle(trial.winner)
+        return found
+
+    def _flat(
+        self, columnar: ColumnarPostings, docs: Sequence[AnalyzedDocument]
+    ) -> list[Iterable[int]]:
+        """Candidates from the flat arrays: a batch at once, or one document alone."""
+        if len(docs) == 1:
+            found = [columnar.candidates(docs[0])]
+        else:
+            found = columnar.candidates_batch(docs)
         if self._always:
             for slots in found:
                 slots.extend(self._always)
         return list(found)
 
-    def candidates(self, doc: AnalyzedDocument) -> Iterable[int]:
-        if self._columnar is not None:
-            found = self._columnar.candidates(doc)
-            return found + self._always if self._always else found
+    def _posted(self, doc: AnalyzedDocument) -> list[int]:
+        """Candidates from the postings as Python objects."""
         view = _DocumentView(doc, self)
         hits = view.hits
         value_hits(doc, self._intervals, self._exists, hits)
@@ -507,8 +571,12 @@ class IndexedPresearcher(Presearcher):
         anchors.
     columnar_threshold
         Segments sealed with at least this many queries keep their postings as flat arrays
-        (:class:`~percolator.columnar.ColumnarPostings`); None keeps every segment's postings
-        as Python objects.
+        (:class:`~percolator.columnar.ColumnarPostings`) besides the Python postings; None
+        keeps every segment's postings as Python objects alone.
+    choose_layout
+        Whether such a segment times both layouts on its first documents
+        (:class:`~percolator.layout_trial.LayoutTrial`) and keeps the faster; False keeps the
+        flat arrays alone from the start.
     """
 
     name = "indexed"
@@ -519,6 +587,7 @@ class IndexedPresearcher(Presearcher):
         selectivity: Selectivity | None = None,
         *,
         columnar_threshold: int | None = COLUMNAR_THRESHOLD,
+        choose_layout: bool = True,
     ) -> None:
         if columnar_threshold is not None and columnar_threshold < 1:
             raise ConfigurationError(
@@ -526,9 +595,10 @@ class IndexedPresearcher(Presearcher):
             )
         self.selectivity = selectivity or DEFAULT_SELECTIVITY
         self.columnar_threshold = columnar_threshold
+        self.choose_layout = choose_layout
 
     def requirement(self, query: CompiledQuery) -> Requirement:
         return extract(query, self.selectivity)
 
     def new_segment(self) -> Segment:
-        return IndexedSegment(self.selectivity, self.columnar_threshold)
+        return IndexedSegment(self.selectivity, self.columnar_threshold, self.choose_layout)

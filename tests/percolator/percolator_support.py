@@ -70,11 +70,16 @@ VARIANTS: dict[str, Callable[..., Percolator]] = {
     "indexed-bulk": _bulk(IndexedPresearcher),
     "indexed-open-delta": _live(IndexedPresearcher, delta_capacity=10_000),
     "indexed-merging": _live(IndexedPresearcher, delta_capacity=2, merge_factor=2),
-    # Every sealed segment as flat arrays, however small.
-    "indexed-columnar": _bulk(lambda: IndexedPresearcher(columnar_threshold=1)),
-    "indexed-columnar-merging": _live(
-        lambda: IndexedPresearcher(columnar_threshold=1), delta_capacity=2, merge_factor=2
+    # Every sealed segment as flat arrays alone, however small.
+    "indexed-columnar": _bulk(
+        lambda: IndexedPresearcher(columnar_threshold=1, choose_layout=False)
     ),
+    "indexed-columnar-merging": _live(
+        lambda: IndexedPresearcher(columnar_threshold=1, choose_layout=False),
+        delta_capacity=2, merge_factor=2,
+    ),
+    # Every sealed segment keeps both layouts and serves documents from each in turn.
+    "indexed-layout-trial": _bulk(lambda: IndexedPresearcher(columnar_threshold=1)),
     "indexed-term-stats": _bulk(
         lambda: IndexedPresearcher(Selectivity({"acme": 0.9, "news": 0.8, "zeta": 0.01}))
     ),
