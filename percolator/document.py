@@ -152,23 +152,32 @@ class AnalyzedDocument:
         return self._default_fields
 
     def terms_in(self, names: Collection[str]) -> frozenset[str]:
-        """The distinct terms this document holds in any of the fields ``names``.
+        """The distinct terms this document holds in any of the fields ``names``: the union
+        of :meth:`term_parts`."""
+        found, *parts = self.term_parts(names) or (frozenset(),)
+        # One union of every part: adding them one by one would copy the text's terms each time.
+        return found.union(*parts) if parts else found
+
+    def term_parts(self, names: Collection[str]) -> list[frozenset[str]]:
+        """The terms of the fields ``names`` as the sets they are kept in, the empty ones left
+        out: together they are :meth:`terms_in`, and a term may be in more than one of them.
+        What looks each term up can walk them one by one instead of copying a document's text
+        into one more set.
 
         The default fields' terms are all in :data:`DEFAULT_FIELD`'s, so when it is among
         ``names`` only the other non-default fields add to it.
         """
         if DEFAULT_FIELD in names:
-            found = self.terms(DEFAULT_FIELD)
             defaults = self.default_fields()
             parts = [
                 terms for f in names
                 if f != DEFAULT_FIELD and f not in defaults and (terms := self.terms(f))
             ]
-        else:
-            found = frozenset()
-            parts = [terms for f in names if (terms := self.terms(f))]
-        # One union of every part: adding them one by one would copy the text's terms each time.
-        return found.union(*parts) if parts else found
+            found = self.terms(DEFAULT_FIELD)
+            if found:
+                parts.insert(0, found)
+            return parts
+        return [terms for f in names if (terms := self.terms(f))]
 
     def kind(self, name: str) -> str:
         """``text`` or ``keyword``: how field ``name`` is analysed in this document."""

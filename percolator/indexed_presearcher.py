@@ -344,35 +344,46 @@ class IndexedSegment(Segment):
         view = _DocumentView(doc, self)
         hits = view.hits
         value_hits(doc, self._intervals, self._exists, hits)
-        probe = doc.terms_in(self._probe_fields)
+        # Each field's set of terms as it is, not their union: a document's text is not
+        # copied into one more set (a term in two of them is looked up twice, to no effect).
+        parts = doc.term_parts(self._probe_fields)
         held: list[tuple[str, Any]] = []
         if not self.sealed:
             self.patterns.hits(doc, hits)
             term_keys = self._term_keys
-            held = [(term, term_keys[term].values()) for term in term_keys.keys() & probe]
+            held = [
+                (term, term_keys[term].values())
+                for part in parts for term in term_keys.keys() & part
+            ]
         elif self.patterns.automaton is None:
             # No pattern is a key: the term keys are all there is to look up by term.
             term_keys = self._term_keys
-            held = [(term, term_keys[term]) for term in term_keys.keys() & probe]
-        elif probe:
+            held = [(term, term_keys[term]) for part in parts for term in term_keys.keys() & part]
+        elif parts:
             known = self._known
-            if not known.keys() >= probe:
-                if len(known) + len(probe) > _TERM_MEMORY:
+            unseen = [part for part in parts if not known.keys() >= part]
+            if unseen:
+                if len(known) + sum(map(len, unseen)) > _TERM_MEMORY:
                     # Start afresh, so what is remembered stays the stream's recent terms.
                     known.clear()
                     self._useful.clear()
-                    self._learn(probe)
+                    for part in parts:
+                        self._learn(part.difference(known))
                 else:
-                    self._learn(probe - known.keys())
+                    # difference() with the dict walks the part; `part - known.keys()` would
+                    # walk every remembered term.
+                    for part in unseen:
+                        self._learn(part.difference(known))
             # Only the terms that key something are walked: most of a document's do not.
             useful = self._useful
-            for term in useful.keys() & probe:
-                keys, key_patterns = useful[term]
-                if keys:
-                    held.append((term, keys))
-                for index in range(0, len(key_patterns), 2):
-                    if term in view.terms(key_patterns[index]):
-                        hits.add(key_patterns[index + 1])
+            for part in parts:
+                for term in useful.keys() & part:
+                    keys, key_patterns = useful[term]
+                    if keys:
+                        held.append((term, keys))
+                    for index in range(0, len(key_patterns), 2):
+                        if term in view.terms(key_patterns[index]):
+                            hits.add(key_patterns[index + 1])
         for term, keys in held:
             for key in keys:
                 terms = view.terms(key[0])
