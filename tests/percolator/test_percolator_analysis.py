@@ -241,6 +241,12 @@ def test_terms_in_fields_is_the_union_of_each_fields_terms(source, names, declar
     fresh = AnalyzedDocument(source, schema)
     expected = set().union(*(fresh.terms(name) for name in names))
     assert doc.terms_in(names) == expected
+    # The parts the presearcher walks instead: each one named field's non-empty terms (the
+    # default fields' together), and together exactly the same terms.
+    parts = AnalyzedDocument(source, schema).term_parts(names)
+    assert set().union(*parts) == expected
+    assert all(parts)
+    assert all(any(part == fresh.terms(name) for name in names) for part in parts)
     defaults = set().union(*(AnalyzedDocument(source, schema).terms(f)
                              for f in doc.default_fields()))
     assert doc.terms(DEFAULT_FIELD) == defaults
