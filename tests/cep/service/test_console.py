@@ -22,6 +22,10 @@ from cep.alerts import WebhookReceiver, new_secret
 
 CHROMIUM = "/usr/bin/chromium"
 TIMEOUT_MS = 15_000
+TRIAL_MS = 60_000
+"""How long a trial (``POST /try``) may take to show: a second alone, but CI's two cores,
+shared with Spark's tests, once made it outlast :data:`TIMEOUT_MS`. Waiting with ``expect``
+says what the page showed instead, should it fail."""
 NEWS = "stream news (title text, ts timestamp) time ts\n"
 
 
@@ -347,7 +351,7 @@ def test_try_a_query_on_a_pasted_document(page, console, tmp_path):
     page.get_by_label("Events, one JSON object per line").fill(json.dumps(document))
     page.get_by_role("button", name="Try", exact=True).click()
     result = page.locator("#try-result")
-    result.get_by_text("1 match(es) over 1 pasted event(s)").wait_for()
+    expect(result).to_contain_text("1 match(es) over 1 pasted event(s)", timeout=TRIAL_MS)
     assert result.locator("h3").inner_text() == "Query acme on event 1: matches"
     assert result.locator(".doc mark").all_inner_texts() == ["acme"]
     assert "found in title" in result.locator("pre").last.inner_text()
@@ -369,14 +373,15 @@ def test_try_over_the_recent_events_and_why_there_are_none(page, own_console, tm
     assert "txn " in kept.inner_text() and "quiet" not in kept.inner_text()
     page.get_by_role("button", name="Try", exact=True).click()
     result = page.locator("#try-result")
-    result.locator(".notice").filter(has_text="No recent events of quiet: none has been "
-                                              "posted to it through this service").wait_for()
+    expect(result.locator(".notice")).to_contain_text(
+        "No recent events of quiet: none has been posted to it through this service",
+        timeout=TRIAL_MS)
     assert "0 match(es) over 0 recent event(s)" in result.inner_text()
     shot(page, tmp_path, "try-recent-empty")
     own_console.post(lines({"stream": "quiet", "msg": "hush now", "ts": T0 + 3001},
                            {"stream": "quiet", "msg": "loud", "ts": T0 + 3002}))
     page.get_by_role("button", name="Try", exact=True).click()
-    result.get_by_text("1 match(es) over 2 recent event(s)").wait_for()
+    expect(result).to_contain_text("1 match(es) over 2 recent event(s)", timeout=TRIAL_MS)
     assert result.locator(".notice").count() == 0
     assert result.locator(".doc mark").all_inner_texts() == ["hush"]
     shot(page, tmp_path, "try-recent")
