@@ -43,6 +43,8 @@ def _engine(mode: str, max_partials: int | None) -> Engine:
     engine = Engine(fast_strict=mode != "events", max_partials=max_partials)
     if mode == "scan":
         engine._plan_columns = lambda: None  # type: ignore[method-assign]
+    else:
+        engine._route.most_rules = 10  # the route for the several scan rules of the cases
     return engine
 
 
@@ -175,8 +177,22 @@ def test_the_route_is_taken_and_batches_do_not_change_the_result():
         assert sorted(again, key=repr) == sorted(matches, key=repr)
 
 
+def test_one_scan_rule_is_held_as_columns_and_several_go_as_events():
+    """Several scan rules of a stream run faster as events, where a key's idle rules alike
+    share one state (``column_route.MOST_RULES``)."""
+    engine = Engine()
+    engine.register(STREAM + LATE_SCAN_RULE)
+    assert set(engine._route.streams) == {"ev"}
+    engine.register(SCAN_RULES)
+    assert engine._route.streams == {}
+    engine.unregister("twice")
+    engine.unregister("v_shape")
+    assert set(engine._route.streams) == {"ev"}
+
+
 def test_only_streams_of_scan_rules_are_held_as_columns():
     engine = Engine()
+    engine._route.most_rules = 10
     engine.register(STREAM + SCAN_RULES)
     assert set(engine._route.streams) == {"ev"}
     engine.register(ROW_RULE)
