@@ -503,15 +503,26 @@ class RuleState:
         The watermark *passes* a deadline ``d`` when it exceeds it, so the returned value is
         ``d + 1``; call :func:`advance_watermark` with a watermark of at least that.
         """
-        deadlines: list[float] = [h.deadline for h in self.held if not h.superseded]
-        deadlines.extend(a.deadline for a in self.absences)
-        if self.within is not None:
+        # The smallest finite deadline, found in one pass without lists (the timers ask every
+        # busy state of a key after each batch).
+        best = _INF
+        for h in self.held:
+            if h.deadline < best and not h.superseded:
+                best = h.deadline
+        for a in self.absences:
+            if a.deadline < best:
+                best = a.deadline
+        within = self.within
+        if within is not None:
             # Expiring partial matches produce no output but let the caller drop the state.
-            deadlines.extend(c.earliest + self.within for c in self.cohorts)
+            for c in self.cohorts:
+                if c.earliest + within < best:
+                    best = c.earliest + within
             runs = self.lazy_runs.runs if self.lazy_runs is not None else self._runs
-            deadlines.extend(r.start_ts + self.within for r in runs)
-        finite = [d for d in deadlines if d != _INF]
-        return int(min(finite)) + 1 if finite else None
+            for r in runs:
+                if r.start_ts + within < best:
+                    best = r.start_ts + within
+        return int(best) + 1 if best != _INF else None
 
     def to_bytes(self) -> bytes:
         """A compact, versioned encoding (header + JSON body); events stored once.
