@@ -21,9 +21,10 @@ __all__ = ["MOST_RULES", "ColumnRoute", "run_block"]
 MOST_RULES = 1
 """The most scan rules a stream held as columns may have. The route runs each rule over every
 key of a block, where the event route shares one moved state among a key's idle rules alike
-(:meth:`RuleProcessor.run_indexed`): 200,000 events, 10,000 keys, ``prev`` rules of the
-rules benchmark (``bench/bench_rules.py``), events/s as columns vs as events: 1 rule 93,226 vs
-69,263; 2 rules 46,025 vs 55,909; 5 rules 28,465 vs 49,516; 20 rules 6,820 vs 40,948."""
+(:meth:`RuleProcessor.run_indexed`). 200,000 events, 10,000 keys, the ``prev`` rules of the
+rules benchmark (``bench/bench_rules.py``), CPU, events/s as columns vs as events: 1 rule
+116,791 / 122,041 vs 97,834 / 104,229; 2 rules 61,543 vs 67,249; 5 rules 29,386 vs 52,603;
+20 rules 7,302 vs 45,869."""
 
 
 class ColumnRoute:
@@ -34,6 +35,8 @@ class ColumnRoute:
 
     Attributes
     ----------
+    most_rules:
+        The most scan rules a stream held as columns may have (:data:`MOST_RULES`).
     columns:
         The rows held as columns.
     streams:
