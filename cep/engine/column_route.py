@@ -59,10 +59,9 @@ class ColumnRoute:
         A stream qualifies when one group reads it, the group reads no other stream (so keys
         and timers are met in the order the per-event dispatch meets them),
         :meth:`RuleProcessor.scan_streams` says its rules can run it column-wise and they are
-        at most :attr:`most_rules`. A stream
-        that stops qualifying has its held rows moved to the reorder buffer; one that starts
-        qualifying is held as columns once the reorder buffer has none of its events
-        (:meth:`enable`). No groups: no stream qualifies.
+        at most :attr:`most_rules`. A stream that stops qualifying has its held rows moved to
+        the reorder buffer; one that starts qualifying is held as columns once the reorder
+        buffer has none of its events (:meth:`enable`). No groups: no stream qualifies.
         """
         wanted: dict[str, tuple] = {}
         readers: Counter[str] = Counter()
