@@ -43,7 +43,7 @@ def _engine(mode: str, max_partials: int | None) -> Engine:
     engine = Engine(fast_strict=mode != "events", max_partials=max_partials)
     if mode == "scan":
         engine._plan_columns = lambda: None  # type: ignore[method-assign]
-    else:
+    elif mode == "columnar":
         engine._route.most_rules = 10  # the route for the several scan rules of the cases
     return engine
 
