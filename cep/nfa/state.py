@@ -516,12 +516,14 @@ class RuleState:
         if within is not None:
             # Expiring partial matches produce no output but let the caller drop the state.
             for c in self.cohorts:
-                if c.earliest + within < best:
-                    best = c.earliest + within
+                due = c.earliest + within
+                if due < best:
+                    best = due
             runs = self.lazy_runs.runs if self.lazy_runs is not None else self._runs
             for r in runs:
-                if r.start_ts + within < best:
-                    best = r.start_ts + within
+                due = r.start_ts + within
+                if due < best:
+                    best = due
         return int(best) + 1 if best != _INF else None
 
     def to_bytes(self) -> bytes:
