@@ -164,13 +164,25 @@ class StartIndex:
                 processor.keys_of_event if processor.multi_key else processor.key_of_event,
                 processor.multi_key,
             )
+        # One group whose slots are its rules' indexes (no rule removed or in another
+        # group): a row's (slot, mask) pairs are already its (index, mask) pairs, in order.
+        direct = None
+        if len(groups) == 1:
+            signature, group = next(iter(groups.items()))
+            if group.width == len(group.slots):
+                direct = signature
         work: dict[tuple[tuple, tuple], list] = {}
         for _ts, _seq, (event, masks) in released:
             if type(masks) is Touches:
                 entries, width = masks.entries, masks.width
             else:
                 entries, width = _dense_entries(masks, event, owner, groups), len(masks)
-            per: dict[tuple, list[tuple[int, Any]]] = {}
+            per: dict[tuple, Any]
+            if direct is not None and width <= len(owner):
+                per = {direct: entries} if entries or event.stream in always else {}
+                entries = ()
+            else:
+                per = {}
             for slot, mask in entries:
                 found = owner.get(slot)
                 if found is None:
@@ -193,7 +205,7 @@ class StartIndex:
                 if not keys:
                     missing_key(groups[signature].processor, event)
                     continue
-                if len(touches) > 1:
+                if len(touches) > 1 and type(touches) is list:
                     touches.sort()
                 item = (event, touches, width)
                 for key in keys:
