@@ -267,6 +267,17 @@ class RuleProcessor(KeyedProcessorBase):
         alike = Counter(idle_sigs.values())
         #: The same for :func:`strict.stays_idle`: rules that answer it alike for equal bits.
         self._idle_sig = {i: sig for i, sig in idle_sigs.items() if alike[sig] > 1}
+        #: Scanned rule index -> the first scanned rule alike in all a scan from a shared idle
+        #: state decides on (equal idle and sharing signatures): on a key where both hold that
+        #: state and an event may start both at the same place, the first one's scan says for
+        #: the other whether it stays on the shared state (see :meth:`_visits`).
+        self._lead: dict[int, int] = {}
+        leads: dict[tuple, int] = {}
+        for i in self._fast_order:
+            if i in self._idle_sig and i in self._share_sig:
+                lead = leads.setdefault((self._share_sig[i], self._idle_sig[i]), i)
+                if lead != i:
+                    self._lead[i] = lead
         self._rule_by_name = {rule.name: rule for rule in self.rules}
         # The rules and their versions, as a key's state records them beside pending events.
         self._rules_list = [[rule.name, rule.version] for rule in self.rules]
@@ -651,6 +662,9 @@ class RuleProcessor(KeyedProcessorBase):
                                 quiet = ks.quiet[asked] = strict.stays_idle(rule, found, cut)
                         if quiet:
                             continue  # the shared state, moved already, is where it ends
+                    for other in ks.deferred.pop(index, ()):
+                        # The rules alike that waited on this answer run on their own.
+                        visits.setdefault(other, []).append(ks)
                     st = ks.held[name] = (
                         new_state(rule, ks.key) if row is None
                         else with_history(rule, row, history)
@@ -747,6 +761,22 @@ class RuleProcessor(KeyedProcessorBase):
                 else:
                     made.shared = True
                 held[rule.name] = made
+        lead_of = self._lead
+        if lead_of and ks.firsts and moved:
+            # A rule on a moved shared state whose first possible start is where its lead's
+            # is, on the same state, waits for the lead's scan: when that stays idle, so does
+            # the rule's (equal bits, equal idle signature), and the rule is not looked at.
+            firsts = ks.firsts
+            for index, first in firsts.items():
+                lead = lead_of.get(index)
+                if lead is None or firsts.get(lead) != first:
+                    continue
+                st = held.get(rules[index].name)
+                if st is not None and st.shared and st in moved and (
+                    held.get(rules[lead].name) is st
+                ):
+                    visit.discard(index)
+                    ks.deferred.setdefault(lead, []).append(index)
         return visit
 
     @staticmethod
@@ -1278,7 +1308,7 @@ class _KeyScan:
 
     __slots__ = (
         "key", "state", "held", "items", "firsts", "everything", "present", "width",
-        "last_ts", "tails", "moved", "made", "newest", "before", "bits", "quiet",
+        "last_ts", "tails", "moved", "made", "newest", "before", "bits", "quiet", "deferred",
     )
 
     def __init__(self, key: tuple, state: KeyState, items: Sequence[Any], firsts: dict) -> None:
@@ -1306,6 +1336,8 @@ class _KeyScan:
         self.bits: dict[tuple, tuple[list, list[int]]] = {}
         #: (idle signature, id of a bits list, from) -> :func:`strict.stays_idle`'s answer.
         self.quiet: dict[tuple, bool] = {}
+        #: Lead rule index -> the rules alike whose scan waits for the lead's (see _visits).
+        self.deferred: dict[int, list[int]] = {}
 
     def tail(self, depth: int) -> list:
         """The history every idle rule of ``depth`` reading all the key's events ends with:

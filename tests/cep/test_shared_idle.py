@@ -215,3 +215,36 @@ def test_a_start_that_ends_at_once_copies_no_shared_state(monkeypatch):
     assert states_of(engine) == base_states[-1]
     assert [m for m in engine.drain() if m["name"] != "relaxed"] == []
     assert [m for m in base if m["name"] != "relaxed"] == []
+
+
+def test_alike_rules_wait_for_their_leads_scan():
+    """Thirty rules alike on a shared state, started on a key by the same event, are decided by
+    the first one's scan: where its run ends within the batch (k2), the others are not looked
+    at — the batch touches as many (rule, event) pairs as with one such rule; where it goes on
+    (k1, to a match), every rule runs on its own and reports its match, as the baseline."""
+    alike = [(prev_rule(f"p{i}", 5, 0, 1), 0, None) for i in range(30)]
+    rows = []
+    for i in range(60):
+        rows.append({"stream": "ev", "id": i, "key": f"k{i % 3}", "kind": "login",
+                     "amount": 1.0, "merchant": "m", "price": 2.0, "ts": i})
+    rows[41]["amount"] = 12.5  # k2: starts all thirty; its next event does not rise
+
+    def touched(rules, rows) -> int:
+        engine = Engine()
+        engine.register(STREAMS + RELAXED + "".join(text for text, _, _ in rules))
+        engine.feed_batch(pd.DataFrame(rows[:30]))
+        before = engine.rules_touched
+        engine.feed_batch(pd.DataFrame(rows[30:]))
+        assert [m for m in engine.drain() if m["name"] != "relaxed"] == []
+        return engine.rules_touched - before
+
+    assert touched(alike, rows) == touched(alike[:1], rows)
+
+    rows[40]["amount"] = 12.5  # k1: starts all thirty
+    rows[43]["price"] = 9.0    # and its next event rises: thirty matches
+    base, base_states, _ = run("none", alike, rows, [30])
+    got, got_states, _ = run("starts", alike, rows, [30])
+    assert got == base
+    assert sorted(m["name"] for m in got if m["name"] != "relaxed") == sorted(
+        f"p{i}" for i in range(30))
+    assert got_states == base_states
