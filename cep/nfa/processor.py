@@ -27,7 +27,7 @@ from cep.events.event import (
 from cep.events.keyed import KeyedProcessorBase, ProcessResult, late_letter, validate_raw
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from cep.nfa import runtime, strict
-from cep.nfa.state import history_only, unshared, with_history
+from cep.nfa.state import history_only, twin, twins, unshared, with_history
 from cep.nfa.touches import event_touches as touches_of
 from query_lang import ast
 from query_lang.ast import StreamDecl
@@ -267,17 +267,22 @@ class RuleProcessor(KeyedProcessorBase):
         alike = Counter(idle_sigs.values())
         #: The same for :func:`strict.stays_idle`: rules that answer it alike for equal bits.
         self._idle_sig = {i: sig for i, sig in idle_sigs.items() if alike[sig] > 1}
-        #: Scanned rule index -> the first scanned rule alike in all a scan from a shared idle
-        #: state decides on (equal idle and sharing signatures): on a key where both hold that
-        #: state and an event may start both at the same place, the first one's scan says for
-        #: the other whether it stays on the shared state (see :meth:`_visits`).
+        #: Scanned rule index -> the first scanned rule alike in all its scan decides on
+        #: (conditions, transitions, window, caps and what their idle states share; only the
+        #: name and what a match reports may differ): on a key where both hold the same state
+        #: and an event may start both at the same place, the first one's scan stands for the
+        #: other's unless it reports a match (see :meth:`_visits`).
         self._lead: dict[int, int] = {}
         leads: dict[tuple, int] = {}
         for i in self._fast_order:
             if i in self._idle_sig and i in self._share_sig:
-                lead = leads.setdefault((self._share_sig[i], self._idle_sig[i]), i)
+                rule = self.rules[i]
+                alike = (self._share_sig[i], self._idle_sig[i], rule.within_ms, rule.partials,
+                         rule.skip, rule.skip_var)
+                lead = leads.setdefault(alike, i)
                 if lead != i:
                     self._lead[i] = lead
+        self._leads = frozenset(self._lead.values())
         self._rule_by_name = {rule.name: rule for rule in self.rules}
         # The rules and their versions, as a key's state records them beside pending events.
         self._rules_list = [[rule.name, rule.version] for rule in self.rules]
@@ -545,6 +550,7 @@ class RuleProcessor(KeyedProcessorBase):
         for ks in keys:
             for index in self._visits(ks, newest_slot):
                 visits.setdefault(index, []).append(ks)
+        leads = self._leads
         rejoin = []
         for index in self._fast_order:
             visited = visits.get(index)
@@ -641,6 +647,8 @@ class RuleProcessor(KeyedProcessorBase):
                     source = wanted.add(ks, st.history, events)
                 work.append((ks, st, events, source, cut, None))
             if not work:
+                if index in leads:
+                    self._release(visited, index, visits)
                 continue
             wanted.compute(rule)
             isig = self._idle_sig.get(index)
@@ -661,10 +669,10 @@ class RuleProcessor(KeyedProcessorBase):
                             if quiet is None:
                                 quiet = ks.quiet[asked] = strict.stays_idle(rule, found, cut)
                         if quiet:
-                            continue  # the shared state, moved already, is where it ends
-                    for other in ks.deferred.pop(index, ()):
-                        # The rules alike that waited on this answer run on their own.
-                        visits.setdefault(other, []).append(ks)
+                            # The shared state, moved already, is where it ends (and where
+                            # it ends for the rules alike that waited on this answer).
+                            ks.deferred.pop(index, None)
+                            continue
                     st = ks.held[name] = (
                         new_state(rule, ks.key) if row is None
                         else with_history(rule, row, history)
@@ -675,6 +683,15 @@ class RuleProcessor(KeyedProcessorBase):
                     key_bits = found[cut:]
                 state = ks.state
                 found = strict.process_events(rule, st, events, key_bits)
+                waiting = ks.deferred.pop(index, None)
+                if waiting:
+                    if found or st._runs or st.cohorts or st.held or st.absences:
+                        for other in waiting:  # they run on their own
+                            visits.setdefault(other, []).append(ks)
+                    else:
+                        # Nothing reported: the rules alike that waited end where this one
+                        # does (runs left alive are shared as the scan left them).
+                        self._follow(ks, st, waiting, sig, rejoin)
                 if found:
                     self._report(outputs, found, rule, state)
                 busy = state.busy
@@ -690,6 +707,8 @@ class RuleProcessor(KeyedProcessorBase):
                         rejoin.append((ks, name, sig, st))
                 elif busy is not None:
                     busy[name] = None
+            if index in leads:
+                self._release(visited, index, visits)
         for ks, name, sig, st in rejoin:
             # A scan that left the rule where its idle fellows are: one state again.
             target = ks.newest.get(sig)
@@ -699,6 +718,38 @@ class RuleProcessor(KeyedProcessorBase):
             ):
                 ks.held[name] = target
                 target.shared = True
+
+    def _follow(self, ks: _KeyScan, st: Any, waiting: list[int], sig: tuple | None,
+                rejoin: list) -> None:
+        """The rules ``waiting`` on a key end in a state equal to ``st``, their lead's after
+        a scan that reported nothing."""
+        state, rules = ks.state, self.rules
+        busy = state.busy
+        for other in waiting:
+            name = rules[other].name
+            if st.is_empty:
+                self._retire(state.rules, name)
+                if busy is not None:
+                    busy.pop(name, None)
+                continue
+            copy = ks.held[name] = twin(rules[other], st)
+            if copy.lazy_runs is None:
+                if busy is not None:
+                    busy.pop(name, None)
+                if sig is not None:
+                    rejoin.append((ks, name, sig, copy))
+            elif busy is not None:
+                busy[name] = None
+
+    @staticmethod
+    def _release(visited: list[_KeyScan], index: int,
+                 visits: dict[int, list[_KeyScan]]) -> None:
+        """The rules still waiting on rule ``index``'s scan of a key (it had nothing to run
+        there) are looked at on their own."""
+        for ks in visited:
+            if ks.deferred:
+                for other in ks.deferred.pop(index, ()):
+                    visits.setdefault(other, []).append(ks)
 
     def _visits(self, ks: _KeyScan, newest_slot: int) -> Iterable[int]:
         """The scanned rules :meth:`_scan_indexed` looks at on ``ks``'s key, once the key's
@@ -762,21 +813,28 @@ class RuleProcessor(KeyedProcessorBase):
                     made.shared = True
                 held[rule.name] = made
         lead_of = self._lead
-        if lead_of and ks.firsts and moved:
-            # A rule on a moved shared state whose first possible start is where its lead's
-            # is, on the same state, waits for the lead's scan: when that stays idle, so does
-            # the rule's (equal bits, equal idle signature), and the rule is not looked at.
+        if lead_of:
+            # A rule whose state is its lead's (the same shared idle state, moved already,
+            # or an equal twin), and whose first possible start is where its lead's is, waits
+            # for the lead's scan: when that stays idle, or leaves runs alive and reports
+            # nothing, the rule ends where the lead does (equal bits, equal transitions), and
+            # is not looked at; otherwise it runs on its own (_scan_indexed).
             firsts = ks.firsts
-            for index, first in firsts.items():
-                lead = lead_of.get(index)
-                if lead is None or firsts.get(lead) != first:
+            for index in [i for i in visit if i in lead_of]:
+                lead = lead_of[index]
+                if lead not in visit or firsts.get(lead) != firsts.get(index):
                     continue
                 st = held.get(rules[index].name)
-                if st is not None and st.shared and st in moved and (
-                    held.get(rules[lead].name) is st
-                ):
-                    visit.discard(index)
-                    ks.deferred.setdefault(lead, []).append(index)
+                other = held.get(rules[lead].name)
+                if st is None or other is None:
+                    continue
+                if st.shared:
+                    if other is not st or st not in moved or index not in firsts:
+                        continue
+                elif not twins(st, other):
+                    continue
+                visit.discard(index)
+                ks.deferred.setdefault(lead, []).append(index)
         return visit
 
     @staticmethod

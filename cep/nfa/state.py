@@ -616,6 +616,40 @@ def unshared(rule: CompiledRule, state: RuleState) -> RuleState:
     return with_history(rule, row, state.history)
 
 
+def twin(rule: CompiledRule, state: RuleState) -> RuleState:
+    """A state of ``rule`` equal to ``state``, a scanned strict rule's that holds nothing but
+    counters, a ``prev`` history and runs left by the scan in abstract form
+    (``lazy_runs``): those are shared, since no call changes them in place (the next scan
+    carries them into runs of its own; reading them builds new ones)."""
+    out = RuleState(rule.fingerprint, rule.within_ms)
+    out.key = state.key
+    out.pos = state.pos
+    out.watermark = state.watermark
+    out.resume = state.resume
+    out.dropped_partials = state.dropped_partials
+    out.born = state.born
+    out.held_ids = state.held_ids
+    out.last_ts = state.last_ts
+    out.events_seen = state.events_seen
+    out.history = list(state.history)
+    out.lazy_runs = state.lazy_runs
+    return out
+
+
+def twins(a: RuleState, b: RuleState) -> bool:
+    """Whether two states that :func:`twin` may copy are equal: the same abstract runs (one
+    object) and equal counters and history."""
+    return (
+        a.lazy_runs is not None and a.lazy_runs is b.lazy_runs
+        and not (a._runs or b._runs or a.cohorts or b.cohorts or a.held or b.held
+                 or a.absences or b.absences or a.shared or b.shared)
+        and a.pos == b.pos and a.last_ts == b.last_ts and a.events_seen == b.events_seen
+        and a.born == b.born and a.resume == b.resume and a.watermark == b.watermark
+        and a.dropped_partials == b.dropped_partials and a.held_ids == b.held_ids
+        and a.key == b.key and a.history == b.history
+    )
+
+
 # ---------------------------------------------------------------- bytes
 
 

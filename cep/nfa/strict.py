@@ -19,6 +19,7 @@ the per-event runtime.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -395,11 +396,10 @@ class _Automaton:
     :meth:`step`.
     """
 
-    __slots__ = ("rule", "rows", "sigs", "ids", "steps", "start_bits", "start", "lock")
+    __slots__ = ("rows", "sigs", "ids", "steps", "start_bits", "start", "lock", "__weakref__")
 
-    def __init__(self, rule: CompiledRule) -> None:
-        self.rule = rule
-        self.rows, starts = _strict_table(rule)
+    def __init__(self, table: tuple) -> None:
+        self.rows, starts = table
         self.sigs: list[tuple] = [()]
         self.ids: dict[tuple, int] = {(): 0}
         self.steps: list[dict[int, tuple]] = [{}]
@@ -463,10 +463,22 @@ class _Automaton:
         return found
 
 
+#: One automaton per strict transition table, whichever rules have it: the abstract states
+#: of runs then mean the same to rules alike, which may share what a scan left
+#: (:func:`cep.nfa.state.twin`).
+_AUTOMATA: weakref.WeakValueDictionary[tuple, _Automaton] = weakref.WeakValueDictionary()
+_AUTOMATA_LOCK = threading.Lock()
+
+
 def _automaton(rule: CompiledRule) -> _Automaton:
     auto = rule._summaries.get(_AUTOMATON)
     if auto is None:
-        auto = rule._summaries[_AUTOMATON] = _Automaton(rule)
+        table = _strict_table(rule)
+        with _AUTOMATA_LOCK:
+            auto = _AUTOMATA.get(table)
+            if auto is None:
+                auto = _AUTOMATA[table] = _Automaton(table)
+        rule._summaries[_AUTOMATON] = auto
     return auto
 
 
@@ -475,9 +487,10 @@ class _Scan:
 
     __slots__ = ("auto", "rule", "events", "bits", "pos0", "made", "parts")
 
-    def __init__(self, auto: _Automaton, events: Sequence[Any], bits: Sequence[int], pos0: int):
+    def __init__(self, auto: _Automaton, rule: CompiledRule, events: Sequence[Any],
+                 bits: Sequence[int], pos0: int):
         self.auto = auto
-        self.rule = auto.rule
+        self.rule = rule
         self.events = events
         self.bits = bits
         self.pos0 = pos0
@@ -603,7 +616,7 @@ def process_events(
     sig0 = auto.start
     steps = auto.steps
     sigs = auto.sigs
-    scan = _Scan(auto, events, bits, state.pos)
+    scan = _Scan(auto, rule, events, bits, state.pos)
     out: list[Match] = []
     within = rule.within_ms
     max_partials = rule.max_partials

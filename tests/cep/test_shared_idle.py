@@ -25,10 +25,11 @@ RELAXED = ("rule relaxed from ev by key pattern a b\n"
            "  define a as amount > 5, b as price > prev(price) + 1\n")
 
 
-def prev_rule(name: str, above: int, rise: int, depth: int) -> str:
+def prev_rule(name: str, above: int, rise: int, depth: int, within: int | None = None) -> str:
     back = "prev(price)" if depth == 1 else f"prev(price, {depth})"
     return (f"rule {name} from ev by key pattern a b contiguity strict\n"
-            f"  define a as amount > {above}, b as price > {back} + {rise}\n")
+            f"  define a as amount > {above}, b as price > {back} + {rise}\n"
+            + ("" if within is None else f"  within {within}ms\n"))
 
 
 @st.composite
@@ -49,7 +50,7 @@ def workload(draw):
     rules = []
     for i in range(draw(st.integers(2, 10))):
         text = prev_rule(f"p{i}", draw(st.sampled_from([2, 5, 8])), draw(st.integers(0, 2)),
-                         draw(st.sampled_from([1, 1, 2])))
+                         draw(st.sampled_from([1, 1, 2])), draw(st.sampled_from([None, None, 2])))
         start = draw(st.integers(0, batches - 1)) if draw(st.integers(0, 3)) == 0 else 0
         stop = draw(st.integers(start + 1, batches)) if draw(st.integers(0, 5)) == 0 else None
         rules.append((text, start, stop))
@@ -248,3 +249,46 @@ def test_alike_rules_wait_for_their_leads_scan():
     assert sorted(m["name"] for m in got if m["name"] != "relaxed") == sorted(
         f"p{i}" for i in range(30))
     assert got_states == base_states
+
+
+def test_alike_rules_follow_their_lead_across_batches(monkeypatch):
+    """Thirty rules alike, started on k1 by the last k1 event of a batch: the lead's scan leaves
+    a run alive and reports nothing, and the others take an equal state sharing that run
+    instead of scanning; in the next batch the run completes, the lead's scan reports a match
+    and the others run on their own, each reporting its match — as the baseline, with the same
+    states after each batch."""
+    import cep.nfa.strict as strict_module
+
+    alike = [(prev_rule(f"p{i}", 5, 0, 1), 0, None) for i in range(30)]
+    rows = []
+    for i in range(60):
+        rows.append({"stream": "ev", "id": i, "key": f"k{i % 3}", "kind": "login",
+                     "amount": 1.0, "merchant": "m", "price": 2.0, "ts": i * 10_000})
+    # Ten seconds apart, with 5 s of lateness: a batch releases all its events but the last.
+    rows[28]["amount"] = 12.5  # k1's last event released in the first batch starts all thirty
+    rows[31]["price"] = 9.0    # k1's first event of the next batch rises: thirty matches
+    base, base_states, _ = run("none", alike, rows, [30])
+
+    scanned = []
+    real = strict_module.process_events
+
+    def counting(rule, state, events, bits, times=None):
+        scanned.append(rule.name)
+        return real(rule, state, events, bits, times)
+
+    monkeypatch.setattr(strict_module, "process_events", counting)
+    engine = Engine()
+    engine.register(STREAMS + RELAXED + "".join(text for text, _, _ in alike))
+    engine.feed_batch(pd.DataFrame(rows[:30]))
+    assert scanned == ["p0"]  # the lead alone scanned k1; the others share its live run
+    runs = {id(st.lazy_runs) for group in engine._groups.values()
+            for key, state in group.states.items() if key == ("k1",)
+            for name, st in state.rules.items() if name != "relaxed"}
+    assert len(runs) == 1 and None not in runs
+    assert states_of(engine) == base_states[0]
+    engine.feed_batch(pd.DataFrame(rows[30:]))
+    assert sorted(m["name"] for m in engine.drain() if m["name"] != "relaxed") == sorted(
+        f"p{i}" for i in range(30))
+    assert states_of(engine) == base_states[1]
+    got, _, _ = run("starts", alike, rows, [30])
+    assert got == base
