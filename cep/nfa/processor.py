@@ -694,19 +694,7 @@ class RuleProcessor(KeyedProcessorBase):
                         self._follow(ks, st, waiting, sig, rejoin)
                 if found:
                     self._report(outputs, found, rule, state)
-                busy = state.busy
-                if st.is_empty:
-                    self._retire(state.rules, name)
-                    if busy is not None:
-                        busy.pop(name, None)
-                    continue
-                if _idle(st):
-                    if busy is not None:
-                        busy.pop(name, None)
-                    if sig is not None:
-                        rejoin.append((ks, name, sig, st))
-                elif busy is not None:
-                    busy[name] = None
+                self._settle(ks, name, st, sig, rejoin)
             if index in leads:
                 self._release(visited, index, visits)
         for ks, name, sig, st in rejoin:
@@ -723,23 +711,30 @@ class RuleProcessor(KeyedProcessorBase):
                 rejoin: list) -> None:
         """The rules ``waiting`` on a key end in a state equal to ``st``, their lead's after
         a scan that reported nothing."""
-        state, rules = ks.state, self.rules
-        busy = state.busy
+        rules = self.rules
         for other in waiting:
             name = rules[other].name
-            if st.is_empty:
-                self._retire(state.rules, name)
-                if busy is not None:
-                    busy.pop(name, None)
-                continue
             copy = ks.held[name] = twin(rules[other], st)
-            if copy.lazy_runs is None:
-                if busy is not None:
-                    busy.pop(name, None)
-                if sig is not None:
-                    rejoin.append((ks, name, sig, copy))
-            elif busy is not None:
-                busy[name] = None
+            self._settle(ks, name, copy, sig, rejoin)
+
+    def _settle(self, ks: _KeyScan, name: str, st: Any, sig: tuple | None,
+                rejoin: list) -> None:
+        """After a scan of ``ks``'s key left ``st`` as rule ``name``'s state: drop it when
+        empty; else keep the key's busy rules up to date, and note an idle state that may
+        rejoin the one its rules alike share."""
+        state = ks.state
+        busy = state.busy
+        if st.is_empty:
+            self._retire(state.rules, name)
+            if busy is not None:
+                busy.pop(name, None)
+        elif _idle(st):
+            if busy is not None:
+                busy.pop(name, None)
+            if sig is not None:
+                rejoin.append((ks, name, sig, st))
+        elif busy is not None:
+            busy[name] = None
 
     @staticmethod
     def _release(visited: list[_KeyScan], index: int,
