@@ -551,6 +551,7 @@ class RuleProcessor(KeyedProcessorBase):
             for index in self._visits(ks, newest_slot):
                 visits.setdefault(index, []).append(ks)
         leads = self._leads
+        columns: dict = {}  # the keys' field values, read once for all the rules (condition_bits)
         rejoin = []
         for index in self._fast_order:
             visited = visits.get(index)
@@ -650,7 +651,7 @@ class RuleProcessor(KeyedProcessorBase):
                 if index in leads:
                     self._release(visited, index, visits)
                 continue
-            wanted.compute(rule)
+            wanted.compute(rule, columns)
             isig = self._idle_sig.get(index)
             for ks, st, events, source, cut, shared in work:
                 if shared is None:
@@ -1344,9 +1345,9 @@ class _BitsWanted:
         self.requests.append((history, events))
         return len(self.requests) - 1
 
-    def compute(self, rule: Any) -> None:
+    def compute(self, rule: Any, columns: dict) -> None:
         if self.requests:
-            self.computed = strict.condition_bits(rule, self.requests)
+            self.computed = strict.condition_bits(rule, self.requests, columns)
         for i, ks, history in self.fulls:
             ks.bits[self.signature] = (history, self.computed[i])
 

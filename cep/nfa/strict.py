@@ -98,7 +98,9 @@ def bits_signature(rule: Any) -> tuple | None:
 
 
 def condition_bits(
-    rule: CompiledRule, sequences: Sequence[tuple[Sequence[Mapping[str, Any]], Sequence[Any]]]
+    rule: CompiledRule,
+    sequences: Sequence[tuple[Sequence[Mapping[str, Any]], Sequence[Any]]],
+    columns: dict[tuple[int, str | None], tuple[Sequence[Any], list[Any]]] | None = None,
 ) -> list[list[int]]:
     """Each event's bits (bit ``i``: variable ``i``'s condition holds), column-wise.
 
@@ -111,27 +113,47 @@ def condition_bits(
         (the state's ``history``, oldest first; only the last ``prev_depth`` are read) and the
         key's new events in order (objects with ``stream`` and ``fields``).
 
+    columns:
+        Where the events' streams and field values are kept for the next call over the same
+        event lists (per list and field name; the list is kept too, so that its id stays its
+        own): rules scanning the same keys read them once.
+
     Returns
     -------
     list[list[int]]
         Per sequence, one int per event.
     """
     depth = rule.prev_depth
-    fields: list[Mapping[str, Any]] = []
+    if columns is None:
+        columns = {}
+
+    def column(events: Sequence[Any], name: str | None) -> list[Any]:
+        """The events' values of field ``name`` (``None``: their streams)."""
+        found = columns.get((id(events), name))
+        if found is None:
+            values = ([e.stream for e in events] if name is None
+                      else [e.fields.get(name) for e in events])
+            found = columns[(id(events), name)] = (events, values)
+        return found[1]
+
+    pasts = [list(history[-depth:]) if depth and history else [] for history, _ in sequences]
+    history_lengths = [len(past) for past in pasts]
+    event_lengths = [len(events) for _, events in sequences]
     streams: list[str | None] = []
-    history_lengths: list[int] = []
-    event_lengths: list[int] = []
-    for history, events in sequences:
-        past = list(history[-depth:]) if depth and history else []
-        fields.extend(past)
-        fields.extend(e.fields for e in events)
-        streams.extend([None] * len(past))
-        streams.extend(e.stream for e in events)
-        history_lengths.append(len(past))
-        event_lengths.append(len(events))
-    flat = _bits(
-        rule, lambda name: [f.get(name) for f in fields], streams, history_lengths, event_lengths
-    )
+    for past, (_, events) in zip(pasts, sequences, strict=True):
+        if past:
+            streams.extend([None] * len(past))
+        streams.extend(column(events, None))
+
+    def values(name: str) -> list[Any]:
+        out: list[Any] = []
+        for past, (_, events) in zip(pasts, sequences, strict=True):
+            if past:
+                out.extend([f.get(name) for f in past])
+            out.extend(column(events, name))
+        return out
+
+    flat = _bits(rule, values, streams, history_lengths, event_lengths)
     out: list[list[int]] = []
     offset = 0
     for count in event_lengths:

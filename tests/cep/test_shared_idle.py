@@ -161,9 +161,9 @@ def test_alike_conditions_are_evaluated_once_per_key(monkeypatch):
     rows_evaluated = []
     real = strict_module.condition_bits
 
-    def counting(rule, sequences):
+    def counting(rule, sequences, *rest):
         rows_evaluated.append(sum(len(events) for _, events in sequences))
-        return real(rule, sequences)
+        return real(rule, sequences, *rest)
 
     rule = ("rule p{i} from ev by key pattern a b contiguity strict\n"
             "  define a as price > prev(price), b as amount > 5\n")

@@ -312,3 +312,26 @@ def test_engine_batches_do_not_change_the_result():
         # different keys follows the watermark's releases, event by event and scanned alike.
         assert sorted(fast, key=repr) == sorted(whole, key=repr)
         assert fast == run(batch, False)
+
+
+def test_rules_scanning_the_same_keys_read_their_events_once():
+    """Two rules with different conditions over the same keys' events: with one ``columns``
+    store, the second rule's bits read no event field the first did not, and each rule's
+    bits equal those computed on its own."""
+    first = compile_rule(rule_decl(
+        "rule a from s pattern x y contiguity strict\n"
+        '  define x as v > 2 and type != "r", y as v > prev(v)\n'))
+    second = compile_rule(rule_decl(
+        "rule b from s pattern x y contiguity strict\n"
+        '  define x as type == "p", y as v < prev(v, 2)\n'))
+    keys = [make_events([("p", 3, 0), ("q", 1, 1), ("p", 4, 2)]),
+            make_events([("q", 5, 3), ("p", 2, 4)])]
+    sequences = [([{"type": "q", "v": 1, "ts": -1}], keys[0]), ([], keys[1])]
+    columns: dict = {}
+    got_first = strict.condition_bits(first, sequences, columns)
+    read = set(columns)
+    got_second = strict.condition_bits(second, sequences, columns)
+    assert set(columns) == read  # the same fields of the same events: nothing read again
+    assert got_first == strict.condition_bits(first, sequences)
+    assert got_second == strict.condition_bits(second, sequences)
+    assert got_first != got_second
