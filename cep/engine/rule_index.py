@@ -70,13 +70,21 @@ class NoIndex:
 class Touches(Sequence):
     """The rules one row may touch: ``(slot, mask)`` pairs, and the number of slots when it
     arrived. Reads as the per-slot masks of :class:`NoIndex` (0 for slots not named), which is
-    how a checkpoint stores it."""
+    how a checkpoint stores it.
 
-    __slots__ = ("width", "entries")
+    ``advances`` holds apart, by slot, the masks of the rules the row can only advance (its
+    conditions fit no first step of a rule that need not see every event): they matter only on
+    a key where the rule has a partial match, so a key's rules look them up there instead of
+    every row carrying them to every key. ``advancing`` names the rule groups they are for."""
 
-    def __init__(self, width: int, entries: tuple[tuple[int, int], ...]) -> None:
+    __slots__ = ("width", "entries", "advances", "advancing")
+
+    def __init__(self, width: int, entries: tuple[tuple[int, int], ...],
+                 advances: dict[int, int] | None = None, advancing: tuple = ()) -> None:
         self.width = width
         self.entries = entries
+        self.advances = advances
+        self.advancing = advancing
 
     def __len__(self) -> int:
         return self.width
@@ -87,14 +95,20 @@ class Touches(Sequence):
     def __iter__(self) -> Iterator[int]:
         return iter(self._dense())
 
+    def pairs(self) -> list[tuple[int, int]]:
+        """Every ``(slot, mask)`` pair the row carries, the advances' included, by slot."""
+        if not self.advances:
+            return list(self.entries)
+        return sorted((*self.entries, *self.advances.items()))
+
     def _dense(self) -> list[int]:
         dense = [0] * self.width
-        for slot, mask in self.entries:
+        for slot, mask in self.pairs():
             dense[slot] = mask
         return dense
 
     def __repr__(self) -> str:
-        return f"Touches({self.width}, {self.entries!r})"
+        return f"Touches({self.width}, {self.entries!r}, {self.advances!r})"
 
 
 class StartIndex:
@@ -114,35 +128,44 @@ class StartIndex:
         n = len(frame)
         shared: dict[tuple, np.ndarray] = {}
         every = False
-        rows: list[np.ndarray] = []
-        slots: list[np.ndarray] = []
-        masks: list[np.ndarray] = []
+        # (rows, slots, masks) of the pairs each row carries, and of those it only advances
+        # (with the group they are for)
+        carried: tuple[list, list, list] = ([], [], [])
+        apart: tuple[list, list, list] = ([], [], [])
+        apart_groups: list[np.ndarray] = []
+        advancing: dict[int, tuple[int, KeyedRules]] = {}  # id -> (number, group)
         for group in groups:
             if stream not in group.readers:
                 continue
             every = every or stream in group.always
-            for index, chosen, mask in rule_rows(group.processor, stream, frame, shared):
-                rows.append(chosen)
-                slots.append(np.full(len(chosen), group.slots[index], dtype=np.int64))
-                masks.append(mask)
-        if not rows:
+            processor = group.processor
+            for index, chosen, mask in rule_rows(processor, stream, frame, shared):
+                slot = group.slots[index]
+                if processor.advance_only(index):
+                    starts = (mask & processor.start_bits_of(index)) != 0
+                    if not starts.all():
+                        later = ~starts
+                        number = advancing.setdefault(id(group), (len(advancing), group))[0]
+                        _add(apart, chosen[later], slot, mask[later])
+                        apart_groups.append(np.full(int(later.sum()), number, dtype=np.int64))
+                        chosen, mask = chosen[starts], mask[starts]
+                        if len(chosen) == 0:
+                            continue
+                _add(carried, chosen, slot, mask)
+        rows, found, _ = _per_row(*carried)
+        if apart[0]:
+            rows, found = _with_advances(width, rows, found, apart, apart_groups,
+                                         [group for _, group in advancing.values()])
+        else:
+            found = [Touches(width, pairs) for pairs in found]
+        if len(rows) == 0:
             if every:
                 return [Touches(width, ())] * n, np.arange(n)
             return [], np.zeros(0, dtype=np.int64)
-        row_all = np.concatenate(rows)
-        order = np.argsort(row_all, kind="stable")
-        row_all = row_all[order]
-        pairs = list(zip(np.concatenate(slots)[order].tolist(),
-                         np.concatenate(masks)[order].tolist(), strict=True))
-        cuts = np.flatnonzero(row_all[1:] != row_all[:-1]) + 1
-        starts = [0, *cuts.tolist()]
-        ends = [*cuts.tolist(), len(pairs)]
-        found = [Touches(width, tuple(pairs[lo:hi])) for lo, hi in zip(starts, ends, strict=True)]
-        touched_rows = row_all[starts]
         if not every:
-            return found, touched_rows
+            return found, rows
         out: list[Touches] = [Touches(width, ())] * n
-        for row, touches in zip(touched_rows.tolist(), found, strict=True):
+        for row, touches in zip(rows.tolist(), found, strict=True):
             out[row] = touches
         return out, np.arange(n)
 
@@ -171,15 +194,17 @@ class StartIndex:
             signature, group = next(iter(groups.items()))
             if group.width == len(group.slots):
                 direct = signature
+        signature_of = {id(group): signature for signature, group in groups.items()}
         work: dict[tuple[tuple, tuple], list] = {}
         for _ts, _seq, (event, masks) in released:
+            advances = None
             if type(masks) is Touches:
-                entries, width = masks.entries, masks.width
+                entries, width, advances = masks.entries, masks.width, masks.advances
             else:
                 entries, width = _dense_entries(masks, event, owner, groups), len(masks)
             per: dict[tuple, Any]
             if direct is not None and width <= len(owner):
-                per = {direct: entries} if entries or event.stream in always else {}
+                per = {direct: entries} if entries or advances or event.stream in always else {}
                 entries = ()
             else:
                 per = {}
@@ -195,6 +220,14 @@ class StartIndex:
             for signature in always.get(event.stream, ()):
                 if signature not in per:
                     per[signature] = []
+            if advances:
+                for group in masks.advancing:
+                    signature = signature_of.get(id(group))
+                    if signature is None:  # rules registered since: every group may want it
+                        for signature in groups:
+                            per.setdefault(signature, [])
+                    elif signature not in per:
+                        per[signature] = []
             for signature, touches in per.items():
                 key_fn, multi = prepared[signature]
                 if multi:
@@ -207,7 +240,7 @@ class StartIndex:
                     continue
                 if len(touches) > 1 and type(touches) is list:
                     touches.sort()
-                item = (event, touches, width)
+                item = (event, touches, width, advances)
                 for key in keys:
                     items = work.get((signature, key))
                     if items is None:
@@ -227,6 +260,59 @@ class StartIndex:
             for key, state, _items in group_jobs:
                 timers.update(signature, group, key, state)
 
+
+def _add(into: tuple[list, list, list], rows: np.ndarray, slot: int, masks: np.ndarray) -> None:
+    into[0].append(rows)
+    into[1].append(np.full(len(rows), slot, dtype=np.int64))
+    into[2].append(masks)
+
+
+def _per_row(
+    rows: list[np.ndarray], slots: list[np.ndarray], masks: list[np.ndarray],
+    groups: list[np.ndarray] | None = None,
+) -> tuple[np.ndarray, list[tuple[tuple[int, int], ...]], list[int]]:
+    """The distinct rows of some ``(row, slot, mask)`` triples (ascending), each one's
+    ``(slot, mask)`` pairs in the order given, and (with ``groups``, a group number per
+    triple) each one's groups as bits."""
+    if not rows:
+        return np.zeros(0, dtype=np.int64), [], []
+    row_all = np.concatenate(rows)
+    order = np.argsort(row_all, kind="stable")
+    row_all = row_all[order]
+    pairs = list(zip(np.concatenate(slots)[order].tolist(),
+                     np.concatenate(masks)[order].tolist(), strict=True))
+    cuts = np.flatnonzero(row_all[1:] != row_all[:-1]) + 1
+    starts = [0, *cuts.tolist()]
+    ends = [*cuts.tolist(), len(pairs)]
+    codes = []
+    if groups is not None:
+        bits = np.left_shift(1, np.concatenate(groups)[order])
+        codes = np.bitwise_or.reduceat(bits, starts).tolist()
+    found = [tuple(pairs[lo:hi]) for lo, hi in zip(starts, ends, strict=True)]
+    return row_all[starts], found, codes
+
+
+def _with_advances(
+    width: int, rows: np.ndarray, found: list[tuple[tuple[int, int], ...]],
+    apart: tuple[list, list, list], apart_groups: list[np.ndarray], advancing: list[KeyedRules],
+) -> tuple[np.ndarray, list[Touches]]:
+    """The rows carrying pairs (``rows``, ``found``) or advances (``apart``, for the groups
+    ``advancing`` numbered by ``apart_groups``), ascending, and each one's :class:`Touches`."""
+    apart_rows, advances, codes = _per_row(*apart, apart_groups)
+    named = {code: tuple(g for i, g in enumerate(advancing) if (code >> i) & 1)
+             for code in set(codes)}
+    carried = dict(zip(rows.tolist(), found, strict=True))
+    extra = dict(zip(apart_rows.tolist(), zip(advances, codes, strict=True), strict=True))
+    every_row = np.union1d(rows, apart_rows)
+    out = []
+    for row in every_row.tolist():
+        pairs = carried.get(row, ())
+        more = extra.get(row)
+        if more is None:
+            out.append(Touches(width, pairs))
+        else:
+            out.append(Touches(width, pairs, dict(more[0]), named[more[1]]))
+    return every_row, out
 
 RULE_INDEXES: dict[str, type] = {NoIndex.name: NoIndex, StartIndex.name: StartIndex}
 """The strategies by name (the engine's ``rule_index`` option)."""
@@ -272,7 +358,7 @@ def _refined_at_release(
     for position, (_ts, _seq, (_event, masks)) in enumerate(released):
         if type(masks) is not Touches:
             continue  # fed on its own or restored: its conditions are evaluated row by row
-        for slot, mask in masks.entries:
+        for slot, mask in masks.pairs():
             steps = plan.get(slot)
             if steps is None or not mask:
                 continue
@@ -313,15 +399,22 @@ def _refined_at_release(
             out.append(entry)
             continue
         ts, seq, (event, masks) = entry
-        kept = tuple(
-            (slot, mask & ~bits[slot] if slot in bits else mask)
-            for slot, mask in masks.entries
-        )
-        # a rule whose mask is now 0 is ruled out: as if its mask had been 0 on arrival
-        kept = tuple(pair for pair in kept if pair[1] or pair[0] not in bits)
-        if kept or event.stream in always:
-            out.append((ts, seq, (event, Touches(masks.width, kept))))
+        kept = _cleared(masks.entries, bits)
+        advances = masks.advances
+        if advances:
+            advances = dict(_cleared(tuple(advances.items()), bits)) or None
+        if kept or advances or event.stream in always:
+            out.append((ts, seq, (event, Touches(masks.width, kept, advances,
+                                                 masks.advancing if advances else ()))))
     return out
+
+
+def _cleared(pairs: tuple[tuple[int, int], ...],
+             bits: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
+    """``pairs`` with the mask bits ``bits`` (by slot) cleared; a rule whose mask is now 0 is
+    ruled out, as if its mask had been 0 on arrival."""
+    kept = ((slot, mask & ~bits[slot] if slot in bits else mask) for slot, mask in pairs)
+    return tuple(pair for pair in kept if pair[1] or pair[0] not in bits)
 
 
 def _dense_entries(

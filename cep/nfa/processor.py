@@ -246,6 +246,13 @@ class RuleProcessor(KeyedProcessorBase):
         first = self.rules[0]
         self._keys_of = first.keys_of if getattr(first, "var_keys", None) else None
         self._start_bits = tuple(start_bits(rule) for rule in self.rules)
+        #: Rules an event that cannot start them matters to only where they have a state:
+        #: by name -> index (see advance_only).
+        self._advancing_by_name = {
+            rule.name: i for i, rule in enumerate(self.rules)
+            if i not in self._fast and not self._must_see[i]
+        }
+        self._advancing = frozenset(self._advancing_by_name.values())
         # Scanned rules with a `prev` history, by index -> what their idle states share when
         # alike: the history's depth and the streams moving it (see RuleState.shared).
         self._share_sig: dict[int, tuple[int, frozenset[str]]] = {
@@ -306,6 +313,11 @@ class RuleProcessor(KeyedProcessorBase):
         """Per rule, whether it must be shown events whose columnar mask is 0
         (:func:`must_see_every_event`)."""
         return self._must_see
+
+    def advance_only(self, index: int) -> bool:
+        """Whether an event that cannot start rule ``index`` matters to it only on a key where
+        it has a partial match (it need not see every event, and is not run as a scan)."""
+        return index in self._advancing
 
     def start_bits_of(self, index: int) -> int:
         """Mask bits of the variables a match of rule ``index`` can begin with
@@ -465,10 +477,12 @@ class RuleProcessor(KeyedProcessorBase):
         """:meth:`run_batch` where each event names the rules it may touch.
 
         ``jobs`` holds per key ``(key, state, items)``; each item is ``(event, touches,
-        width)``: ``touches`` the ``(rule index, mask)`` pairs of the rules whose columnar
-        mask for the event is not 0, and of every rule that must see every event and is not
-        run as a scan, in index order; ``width`` the number of engine slots when the event
-        arrived (a rule in slot ``slots[i] >= width`` was registered later and skips it).
+        width, advances)``: ``touches`` the ``(rule index, mask)`` pairs of the rules whose
+        columnar mask for the event is not 0, and of every rule that must see every event and
+        is not run as a scan, in index order; ``width`` the number of engine slots when the
+        event arrived (a rule in slot ``slots[i] >= width`` was registered later and skips
+        it); ``advances`` None, or by slot the masks of more rules the event can only advance
+        (:meth:`advance_only`), for those that have a state on the key.
         Rules not named are not run on the event: a mask of 0 fits no variable. A scanned
         rule (strict contiguity) sees every event of its streams, but runs only from the first
         event that may start it, or from the first one when a run is live; before that the
@@ -479,6 +493,7 @@ class RuleProcessor(KeyedProcessorBase):
         rules = self.rules
         must_see = self._must_see
         start = self._start_bits
+        advancing = self._advancing_by_name
         process_event = self.runtime.process_event
         new_state = self.runtime.new_state
         touched = 0
@@ -488,7 +503,24 @@ class RuleProcessor(KeyedProcessorBase):
             busy = state.busy
             ran: dict[str, Any] = {}
             firsts: dict[int, int] = {}
-            for position, (event, touches, _width) in enumerate(items):
+            # The rules that may want the events they can only advance (Touches.advances):
+            # those with a state on the key, by index -> slot. (Such a state is never idle:
+            # it is dropped once empty.)
+            waiting = None
+            for position, (event, touches, _width, advances) in enumerate(items):
+                if advances:
+                    if waiting is None:
+                        busy = state.busy_rules()  # (computed now if not known: kept from here)
+                        waiting = {
+                            i: slots[i] for i in sorted(
+                                advancing[name] for name in busy if name in advancing
+                            )
+                        }
+                    if waiting:
+                        more = [(i, mask) for i, slot in waiting.items()
+                                if (mask := advances.get(slot)) is not None]
+                        if more:
+                            touches = sorted((*touches, *more))
                 for index, mask in touches:
                     if index in fast:
                         if index not in firsts and (mask is None or mask & start[index]):
@@ -502,9 +534,12 @@ class RuleProcessor(KeyedProcessorBase):
                         # Nothing pending for this key and the event cannot begin a match.
                         if not mask & start[index] and rule.name not in rule_states:
                             continue
-                    st = rule_states.get(rule.name)
+                    name = rule.name
+                    st = rule_states.get(name)
                     if st is None:
-                        st = rule_states[rule.name] = new_state(rule, key)
+                        st = rule_states[name] = new_state(rule, key)
+                        if waiting is not None and name in advancing:
+                            waiting[index] = slots[index]
                     found = process_event(rule, st, event, mask)
                     ran[rule.name] = st
                     if found:
@@ -612,7 +647,7 @@ class RuleProcessor(KeyedProcessorBase):
                 else:
                     # Other streams' events, or events that arrived before the rule did.
                     kept = [
-                        (position, e) for position, (e, _, w) in enumerate(ks.items)
+                        (position, e) for position, (e, _, w, _) in enumerate(ks.items)
                         if w > slot and e.stream in streams
                     ]
                     events = [e for _, e in kept]
@@ -1135,7 +1170,7 @@ class RuleProcessor(KeyedProcessorBase):
                 # Events from before a program edit that some rules must not see: row by row.
                 self._run_unseen(key, ks, released, outputs)
             elif released:
-                jobs.append((key, ks, [(e, next(touches), width) for e in released]))
+                jobs.append((key, ks, [(e, next(touches), width, None) for e in released]))
         if jobs:
             self.run_indexed(jobs, outputs, range(width))
         results = []
@@ -1371,12 +1406,12 @@ class _KeyScan:
         self.held = state.rules
         self.items = items
         self.firsts = firsts
-        self.everything = [e for e, _, _ in items]
+        self.everything = [e for e, *_ in items]
         streams = {e.stream for e in self.everything}
         #: The one stream of the key's events (None: several).
         self.present = streams.pop() if len(streams) == 1 else None
         #: The engine's slots when the key's earliest event arrived.
-        self.width = min(w for _, _, w in items)
+        self.width = min(item[2] for item in items)
         self.last_ts = int(self.everything[-1].ts)
         self.tails: dict[int, list] = {}
         #: Shared states moved this call; per sharing signature the state new rules of the

@@ -162,6 +162,38 @@ def test_rules_looked_at_per_event(index):
 
 
 @pytest.mark.parametrize("index", INDEXES)
+def test_events_that_can_only_advance_a_rule_reach_only_its_partial_matches(index):
+    """10 rules ``a b`` whose ``b`` (a payment) fits most events: 30 payments on keys where no
+    rule has begun, then an order that begins all 10 on key k9 and a payment there that ends
+    them. The payments before are looked at by no rule under the index (they can only advance
+    a match, and nothing is pending on their keys), and one batch or many gives the same."""
+    rules = "".join(
+        f"rule s{i} from ev by key pattern a b\n"
+        f'  define a as kind == "order" and amount > {100 + i}, b as kind == "payment"\n'
+        for i in range(10)
+    )
+    rows = [{"stream": "ev", "id": i, "key": f"k{i % 3}", "kind": "payment", "amount": 5.0,
+             "merchant": "m1", "price": 1.0, "ts": i} for i in range(30)]
+    rows += [{"stream": "ev", "id": 30, "key": "k9", "kind": "order", "amount": 500.0,
+              "merchant": "m1", "price": 1.0, "ts": 30},
+             {"stream": "ev", "id": 31, "key": "k9", "kind": "payment", "amount": 5.0,
+              "merchant": "m1", "price": 1.0, "ts": 31}]
+    touched = []
+    for cuts in ([], [30, 31]):
+        engine = Engine(rule_index=index)
+        engine.register(STREAMS + rules)
+        for lo, hi in zip([0, *cuts], [*cuts, len(rows)], strict=True):
+            engine.feed_batch(_frame(rows[lo:hi]))
+        engine.close()
+        assert sorted(m["name"] for m in engine.drain()) == [f"s{i}" for i in range(10)]
+        touched.append(engine.rules_touched)
+    if index == BASELINE:
+        assert touched == [32 * 10] * 2  # every event offered to every rule
+    else:
+        assert touched == [10 + 10] * 2  # the order begins 10 matches, the payment ends them
+
+
+@pytest.mark.parametrize("index", INDEXES)
 def test_strict_prev_rules_run_only_from_where_they_may_start(index):
     """Strict ``prev`` rules must see every event of their keys; the index hands the events
     before a possible start to the state without running the rule on them. (With a relaxed
