@@ -72,19 +72,24 @@ class Touches(Sequence):
     arrived. Reads as the per-slot masks of :class:`NoIndex` (0 for slots not named), which is
     how a checkpoint stores it.
 
-    ``advances`` holds apart, by slot, the masks of the rules the row can only advance (its
-    conditions fit no first step of a rule that need not see every event): they matter only on
-    a key where the rule has a partial match, so a key's rules look them up there instead of
-    every row carrying them to every key. ``advancing`` names the rule groups they are for."""
+    ``advances`` holds apart the masks of the rules the row can only advance (it begins a match
+    of none of them, and they need not see every event): these matter only on a key where the
+    rule has a partial match, so a key's rules look them up there instead of every row carrying
+    them to every key. Rules whose masks agree on such rows share one
+    (:meth:`RuleProcessor.advance_class`): ``advances`` maps class -> mask, ``members`` (one
+    per batch) class -> the slots of its rules, ``advancing`` names the rule groups they are
+    in."""
 
-    __slots__ = ("width", "entries", "advances", "advancing")
+    __slots__ = ("width", "entries", "advances", "advancing", "members")
 
     def __init__(self, width: int, entries: tuple[tuple[int, int], ...],
-                 advances: dict[int, int] | None = None, advancing: tuple = ()) -> None:
+                 advances: dict[int, int] | None = None, advancing: tuple = (),
+                 members: Mapping[int, Sequence[int]] | None = None) -> None:
         self.width = width
         self.entries = entries
         self.advances = advances
         self.advancing = advancing
+        self.members = members
 
     def __len__(self) -> int:
         return self.width
@@ -95,15 +100,13 @@ class Touches(Sequence):
     def __iter__(self) -> Iterator[int]:
         return iter(self._dense())
 
-    def pairs(self) -> list[tuple[int, int]]:
-        """Every ``(slot, mask)`` pair the row carries, the advances' included, by slot."""
-        if not self.advances:
-            return list(self.entries)
-        return sorted((*self.entries, *self.advances.items()))
-
     def _dense(self) -> list[int]:
         dense = [0] * self.width
-        for slot, mask in self.pairs():
+        if self.advances:
+            for cls, mask in self.advances.items():
+                for slot in self.members[cls]:
+                    dense[slot] = mask
+        for slot, mask in self.entries:  # (a rule the row may begin: its whole mask)
             dense[slot] = mask
         return dense
 
@@ -128,11 +131,12 @@ class StartIndex:
         n = len(frame)
         shared: dict[tuple, np.ndarray] = {}
         every = False
-        # (rows, slots, masks) of the pairs each row carries, and of those it only advances
-        # (with the group they are for)
+        # (rows, slots, masks) of the pairs each row carries, and (rows, class, masks) of the
+        # classes of rules it only advances; per class the slots of its rules and its groups
         carried: tuple[list, list, list] = ([], [], [])
         apart: tuple[list, list, list] = ([], [], [])
-        apart_groups: list[np.ndarray] = []
+        members: dict[int, list[int]] = {}
+        in_groups: dict[int, int] = {}
         advancing: dict[int, tuple[int, KeyedRules]] = {}  # id -> (number, group)
         for group in groups:
             if stream not in group.readers:
@@ -141,21 +145,28 @@ class StartIndex:
             processor = group.processor
             for index, chosen, mask in rule_rows(processor, stream, frame, shared):
                 slot = group.slots[index]
-                if processor.advance_only(index):
-                    starts = (mask & processor.start_bits_of(index)) != 0
-                    if not starts.all():
-                        later = ~starts
-                        number = advancing.setdefault(id(group), (len(advancing), group))[0]
-                        _add(apart, chosen[later], slot, mask[later])
-                        apart_groups.append(np.full(int(later.sum()), number, dtype=np.int64))
-                        chosen, mask = chosen[starts], mask[starts]
-                        if len(chosen) == 0:
-                            continue
+                cls = processor.advance_class(index)
+                if cls is not None:
+                    start = processor.start_bits_of(index)
+                    number = advancing.setdefault(id(group), (len(advancing), group))[0]
+                    in_groups[cls] = in_groups.get(cls, 0) | (1 << number)
+                    if cls in members:
+                        members[cls].append(slot)
+                    else:
+                        members[cls] = [slot]
+                        later = mask & ~np.int64(start)
+                        on = later != 0
+                        _add(apart, chosen[on], cls, later[on])
+                    begins = (mask & np.int64(start)) != 0
+                    chosen, mask = chosen[begins], mask[begins]
+                    if len(chosen) == 0:
+                        continue
                 _add(carried, chosen, slot, mask)
-        rows, found, _ = _per_row(*carried)
-        if apart[0]:
-            rows, found = _with_advances(width, rows, found, apart, apart_groups,
-                                         [group for _, group in advancing.values()])
+        rows, found = _per_row(*carried)
+        if any(len(r) for r in apart[0]):
+            numbered = sorted(advancing.values(), key=lambda pair: pair[0])
+            rows, found = _with_advances(width, rows, found, apart, members, in_groups,
+                                         [group for _, group in numbered])
         else:
             found = [Touches(width, pairs) for pairs in found]
         if len(rows) == 0:
@@ -269,13 +280,11 @@ def _add(into: tuple[list, list, list], rows: np.ndarray, slot: int, masks: np.n
 
 def _per_row(
     rows: list[np.ndarray], slots: list[np.ndarray], masks: list[np.ndarray],
-    groups: list[np.ndarray] | None = None,
-) -> tuple[np.ndarray, list[tuple[tuple[int, int], ...]], list[int]]:
-    """The distinct rows of some ``(row, slot, mask)`` triples (ascending), each one's
-    ``(slot, mask)`` pairs in the order given, and (with ``groups``, a group number per
-    triple) each one's groups as bits."""
+) -> tuple[np.ndarray, list[tuple[tuple[int, int], ...]]]:
+    """The distinct rows of some ``(row, slot, mask)`` triples (ascending), and each one's
+    ``(slot, mask)`` pairs in the order given."""
     if not rows:
-        return np.zeros(0, dtype=np.int64), [], []
+        return np.zeros(0, dtype=np.int64), []
     row_all = np.concatenate(rows)
     order = np.argsort(row_all, kind="stable")
     row_all = row_all[order]
@@ -284,25 +293,21 @@ def _per_row(
     cuts = np.flatnonzero(row_all[1:] != row_all[:-1]) + 1
     starts = [0, *cuts.tolist()]
     ends = [*cuts.tolist(), len(pairs)]
-    codes = []
-    if groups is not None:
-        bits = np.left_shift(1, np.concatenate(groups)[order])
-        codes = np.bitwise_or.reduceat(bits, starts).tolist()
-    found = [tuple(pairs[lo:hi]) for lo, hi in zip(starts, ends, strict=True)]
-    return row_all[starts], found, codes
+    return row_all[starts], [tuple(pairs[lo:hi]) for lo, hi in zip(starts, ends, strict=True)]
 
 
 def _with_advances(
     width: int, rows: np.ndarray, found: list[tuple[tuple[int, int], ...]],
-    apart: tuple[list, list, list], apart_groups: list[np.ndarray], advancing: list[KeyedRules],
+    apart: tuple[list, list, list], members: dict[int, list[int]], in_groups: dict[int, int],
+    groups: list[KeyedRules],
 ) -> tuple[np.ndarray, list[Touches]]:
-    """The rows carrying pairs (``rows``, ``found``) or advances (``apart``, for the groups
-    ``advancing`` numbered by ``apart_groups``), ascending, and each one's :class:`Touches`."""
-    apart_rows, advances, codes = _per_row(*apart, apart_groups)
-    named = {code: tuple(g for i, g in enumerate(advancing) if (code >> i) & 1)
-             for code in set(codes)}
+    """The rows carrying pairs (``rows``, ``found``) or advances (``apart``: rows, class,
+    masks; per class ``members`` its slots and ``in_groups`` its groups as bits of
+    ``groups``), ascending, and each one's :class:`Touches`."""
+    apart_rows, advances = _per_row(*apart)
     carried = dict(zip(rows.tolist(), found, strict=True))
-    extra = dict(zip(apart_rows.tolist(), zip(advances, codes, strict=True), strict=True))
+    extra = dict(zip(apart_rows.tolist(), advances, strict=True))
+    named: dict[int, tuple[KeyedRules, ...]] = {}
     every_row = np.union1d(rows, apart_rows)
     out = []
     for row in every_row.tolist():
@@ -310,8 +315,14 @@ def _with_advances(
         more = extra.get(row)
         if more is None:
             out.append(Touches(width, pairs))
-        else:
-            out.append(Touches(width, pairs, dict(more[0]), named[more[1]]))
+            continue
+        code = 0
+        for cls, _ in more:
+            code |= in_groups[cls]
+        advancing = named.get(code)
+        if advancing is None:
+            advancing = named[code] = tuple(g for n, g in enumerate(groups) if (code >> n) & 1)
+        out.append(Touches(width, pairs, dict(more), advancing, members))
     return every_row, out
 
 RULE_INDEXES: dict[str, type] = {NoIndex.name: NoIndex, StartIndex.name: StartIndex}
@@ -358,7 +369,7 @@ def _refined_at_release(
     for position, (_ts, _seq, (_event, masks)) in enumerate(released):
         if type(masks) is not Touches:
             continue  # fed on its own or restored: its conditions are evaluated row by row
-        for slot, mask in masks.pairs():
+        for slot, mask in masks.entries:  # (a rule with such conditions has no advances)
             steps = plan.get(slot)
             if steps is None or not mask:
                 continue
@@ -399,22 +410,16 @@ def _refined_at_release(
             out.append(entry)
             continue
         ts, seq, (event, masks) = entry
-        kept = _cleared(masks.entries, bits)
-        advances = masks.advances
-        if advances:
-            advances = dict(_cleared(tuple(advances.items()), bits)) or None
-        if kept or advances or event.stream in always:
-            out.append((ts, seq, (event, Touches(masks.width, kept, advances,
-                                                 masks.advancing if advances else ()))))
+        kept = tuple(
+            (slot, mask & ~bits[slot] if slot in bits else mask)
+            for slot, mask in masks.entries
+        )
+        # a rule whose mask is now 0 is ruled out: as if its mask had been 0 on arrival
+        kept = tuple(pair for pair in kept if pair[1] or pair[0] not in bits)
+        if kept or masks.advances or event.stream in always:
+            out.append((ts, seq, (event, Touches(masks.width, kept, masks.advances,
+                                                 masks.advancing, masks.members))))
     return out
-
-
-def _cleared(pairs: tuple[tuple[int, int], ...],
-             bits: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
-    """``pairs`` with the mask bits ``bits`` (by slot) cleared; a rule whose mask is now 0 is
-    ruled out, as if its mask had been 0 on arrival."""
-    kept = ((slot, mask & ~bits[slot] if slot in bits else mask) for slot, mask in pairs)
-    return tuple(pair for pair in kept if pair[1] or pair[0] not in bits)
 
 
 def _dense_entries(

@@ -28,6 +28,7 @@ from cep.events.keyed import KeyedProcessorBase, ProcessResult, late_letter, val
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from cep.nfa import runtime, strict
 from cep.nfa.state import history_only, twin, twins, unshared, with_history
+from cep.nfa.touches import advance_class
 from cep.nfa.touches import event_touches as touches_of
 from query_lang import ast
 from query_lang.ast import StreamDecl
@@ -246,13 +247,17 @@ class RuleProcessor(KeyedProcessorBase):
         first = self.rules[0]
         self._keys_of = first.keys_of if getattr(first, "var_keys", None) else None
         self._start_bits = tuple(start_bits(rule) for rule in self.rules)
-        #: Rules an event that cannot start them matters to only where they have a state:
-        #: by name -> index (see advance_only).
+        #: Per rule, the class of the masks of events that cannot start it, when such an event
+        #: matters to it only where it has a state (it need not see every event and is not
+        #: run as a scan): see advance_class. And those rules by name -> index.
+        self._advance_class = tuple(
+            None if i in self._fast or self._must_see[i]
+            else advance_class(rule, self._start_bits[i])
+            for i, rule in enumerate(self.rules)
+        )
         self._advancing_by_name = {
-            rule.name: i for i, rule in enumerate(self.rules)
-            if i not in self._fast and not self._must_see[i]
+            rule.name: i for i, rule in enumerate(self.rules) if self._advance_class[i] is not None
         }
-        self._advancing = frozenset(self._advancing_by_name.values())
         # Scanned rules with a `prev` history, by index -> what their idle states share when
         # alike: the history's depth and the streams moving it (see RuleState.shared).
         self._share_sig: dict[int, tuple[int, frozenset[str]]] = {
@@ -314,10 +319,11 @@ class RuleProcessor(KeyedProcessorBase):
         (:func:`must_see_every_event`)."""
         return self._must_see
 
-    def advance_only(self, index: int) -> bool:
-        """Whether an event that cannot start rule ``index`` matters to it only on a key where
-        it has a partial match (it need not see every event, and is not run as a scan)."""
-        return index in self._advancing
+    def advance_class(self, index: int) -> int | None:
+        """When an event that cannot start rule ``index`` matters to it only on a key where it
+        has a partial match: the class its masks of such events share with other rules
+        (:func:`cep.nfa.touches.advance_class`); else None."""
+        return self._advance_class[index]
 
     def start_bits_of(self, index: int) -> int:
         """Mask bits of the variables a match of rule ``index`` can begin with
@@ -481,8 +487,9 @@ class RuleProcessor(KeyedProcessorBase):
         columnar mask for the event is not 0, and of every rule that must see every event and
         is not run as a scan, in index order; ``width`` the number of engine slots when the
         event arrived (a rule in slot ``slots[i] >= width`` was registered later and skips
-        it); ``advances`` None, or by slot the masks of more rules the event can only advance
-        (:meth:`advance_only`), for those that have a state on the key.
+        it); ``advances`` None, or by class (:meth:`advance_class`) the masks of the rules the
+        event can only advance, looked up for those that have a state on the key (and are not
+        among ``touches`` already: the event may begin one).
         Rules not named are not run on the event: a mask of 0 fits no variable. A scanned
         rule (strict contiguity) sees every event of its streams, but runs only from the first
         event that may start it, or from the first one when a run is live; before that the
@@ -494,6 +501,7 @@ class RuleProcessor(KeyedProcessorBase):
         must_see = self._must_see
         start = self._start_bits
         advancing = self._advancing_by_name
+        classes = self._advance_class
         process_event = self.runtime.process_event
         new_state = self.runtime.new_state
         touched = 0
@@ -504,23 +512,24 @@ class RuleProcessor(KeyedProcessorBase):
             ran: dict[str, Any] = {}
             firsts: dict[int, int] = {}
             # The rules that may want the events they can only advance (Touches.advances):
-            # those with a state on the key, by index -> slot. (Such a state is never idle:
-            # it is dropped once empty.)
+            # those with a state on the key, by index -> (slot, class): the busy ones (a state
+            # left idle is dropped at the end of a key's turn) and those run in this turn.
             waiting = None
-            for position, (event, touches, _width, advances) in enumerate(items):
+            for position, (event, touches, width, advances) in enumerate(items):
                 if advances:
                     if waiting is None:
                         busy = state.busy_rules()  # (computed now if not known: kept from here)
                         waiting = {
-                            i: slots[i] for i in sorted(
-                                advancing[name] for name in busy if name in advancing
+                            i: (slots[i], classes[i]) for i in (
+                                advancing[name] for name in (*busy, *ran) if name in advancing
                             )
                         }
                     if waiting:
-                        more = [(i, mask) for i, slot in waiting.items()
-                                if (mask := advances.get(slot)) is not None]
+                        more = [(i, mask) for i, (slot, c) in waiting.items()
+                                if (mask := advances.get(c)) is not None and slot < width]
                         if more:
-                            touches = sorted((*touches, *more))
+                            have = {i for i, _ in touches}
+                            touches = sorted((*touches, *(p for p in more if p[0] not in have)))
                 for index, mask in touches:
                     if index in fast:
                         if index not in firsts and (mask is None or mask & start[index]):
@@ -539,7 +548,7 @@ class RuleProcessor(KeyedProcessorBase):
                     if st is None:
                         st = rule_states[name] = new_state(rule, key)
                         if waiting is not None and name in advancing:
-                            waiting[index] = slots[index]
+                            waiting[index] = (slots[index], classes[index])
                     found = process_event(rule, st, event, mask)
                     ran[rule.name] = st
                     if found:

@@ -16,6 +16,7 @@ import pandas as pd
 from cep.events.event import STREAM_FIELD, Event, StreamSchema
 
 __all__ = [
+    "advance_class",
     "condition_fits",
     "event_touches",
     "events_frame",
@@ -40,6 +41,34 @@ def condition_fits(rule: Any, cond: Any, stream: str, frame: pd.DataFrame,
     if fits is None:
         fits = shared[key] = np.asarray(cond.columnar(frame), dtype=bool)
     return fits
+
+
+_ADVANCE_CLASSES: dict[tuple, int] = {}
+
+
+def advance_class(rule: Any, start: int) -> int | None:
+    """A number shared by the rules whose masks agree on every row that begins a match of
+    none of them: same streams, and the same conditions (as :func:`condition_fits` tells them
+    apart) on the same bits outside ``start`` (the rule's start bits). On such a row a rule's
+    mask is its bits outside ``start``, so one mask per class stands for all its rules. None
+    when the rule's conditions cannot be told apart so (no columnar text, or a condition read
+    at release: :func:`cep.engine.rule_index`'s refinement changes masks per rule)."""
+    conditions = getattr(rule, "conditions", None)
+    if conditions is None or start == -1 or getattr(rule, "at_release", ()):
+        return None
+    parts = []
+    for bit, cond in enumerate(conditions):
+        if (start >> bit) & 1:
+            continue
+        if cond.predicate is None or cond.columnar is None:
+            text = None
+        else:
+            text = getattr(cond, "columnar_text", None)
+            if text is None:
+                return None
+        parts.append((bit, cond.stream, text))
+    key = (tuple(rule.streams), tuple(parts))
+    return _ADVANCE_CLASSES.setdefault(key, len(_ADVANCE_CLASSES))
 
 
 def mask_bits(rule: Any, stream: str, frame: pd.DataFrame) -> list[tuple[int, Any]]:

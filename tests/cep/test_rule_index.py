@@ -194,6 +194,25 @@ def test_events_that_can_only_advance_a_rule_reach_only_its_partial_matches(inde
 
 
 @pytest.mark.parametrize("index", INDEXES)
+def test_a_rule_whose_match_ended_still_counts_the_events_it_can_only_advance(index):
+    """After a match, ``skip past last`` lets the next one begin after the match's last event
+    as the rule counts events: the payment (which can only advance the rule) between the
+    match and the next order must be counted though the rule holds nothing then."""
+    rules = ("rule s from ev by key pattern a b within 30s\n"
+             '  define a as kind != "payment", b as true\n')
+    kinds = ["order", "order", "payment", "order", "payment"]
+    engine = Engine(rule_index=index)
+    engine.register(STREAMS + rules)
+    engine.feed_batch(_frame([
+        {"stream": "ev", "id": i, "key": "k1", "kind": kind, "amount": 5.0, "merchant": "m1",
+         "price": 1.0, "ts": i} for i, kind in enumerate(kinds)
+    ]))
+    engine.close()
+    assert sorted(m["events"]["a"] + m["events"]["b"] for m in engine.drain()) == [
+        [0, 1], [3, 4]]
+
+
+@pytest.mark.parametrize("index", INDEXES)
 def test_strict_prev_rules_run_only_from_where_they_may_start(index):
     """Strict ``prev`` rules must see every event of their keys; the index hands the events
     before a possible start to the state without running the rule on them. (With a relaxed
