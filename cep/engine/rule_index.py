@@ -272,9 +272,10 @@ class StartIndex:
                 timers.update(signature, group, key, state)
 
 
-def _add(into: tuple[list, list, list], rows: np.ndarray, slot: int, masks: np.ndarray) -> None:
+def _add(into: tuple[list, list, list], rows: np.ndarray, label: int, masks: np.ndarray) -> None:
+    """Append ``(row, label, mask)`` triples (``label`` a slot or a class) to ``into``."""
     into[0].append(rows)
-    into[1].append(np.full(len(rows), slot, dtype=np.int64))
+    into[1].append(np.full(len(rows), label, dtype=np.int64))
     into[2].append(masks)
 
 
@@ -324,6 +325,7 @@ def _with_advances(
             advancing = named[code] = tuple(g for n, g in enumerate(groups) if (code >> n) & 1)
         out.append(Touches(width, pairs, dict(more), advancing, members))
     return every_row, out
+
 
 RULE_INDEXES: dict[str, type] = {NoIndex.name: NoIndex, StartIndex.name: StartIndex}
 """The strategies by name (the engine's ``rule_index`` option)."""
