@@ -90,6 +90,9 @@ class StateSummary:
     accepts: tuple[frozenset[int], ...]
     guards: frozenset[int]
     greedy_tail_take: bool
+    #: place -> the letters of its takes, sorted and distinct (where it leads when no guard
+    #: of the partial match is blocked)
+    targets: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 def pattern_occurrences(p: ast.Pattern) -> list[tuple[str, bool, ast.Span]]:

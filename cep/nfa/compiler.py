@@ -269,6 +269,7 @@ class CompiledRule:
             accepts=tuple(accepts),
             guards=frozenset(guards),
             greedy_tail_take=greedy_tail,
+            targets={v: tuple(sorted({letter for letter, _ in ts})) for v, ts in takes.items()},
         )
         self._summaries[letters] = result
         return result

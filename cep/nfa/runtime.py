@@ -103,7 +103,7 @@ class _Context:
 class _Evaluator:
     """Evaluates conditions for one event, caching results that do not depend on bindings."""
 
-    __slots__ = ("rule", "state", "event", "mask", "pure", "cache", "index", "keyed")
+    __slots__ = ("rule", "state", "event", "mask", "pure", "cache", "keyed")
 
     def __init__(self, rule: CompiledRule, state: RuleState, event: _Event, mask: int | None):
         self.rule = rule
@@ -112,7 +112,6 @@ class _Evaluator:
         self.mask = mask
         self.pure = rule.pure_bits
         self.cache: dict[int, bool] = {}
-        self.index = _var_index(rule)
         self.keyed = bool(rule.var_keys) and state.key is not None
 
     def fits(self, var: int, node: _Binding | None, tail: _Binding | None = None) -> bool:
@@ -157,8 +156,8 @@ class _Evaluator:
         if self.mask is not None and (self.pure >> var) & 1:
             return True
         ctx = _Context(
-            node, var, event.fields, self.state.history, self.index, self.rule.places, tail,
-            event.ts,
+            node, var, event.fields, self.state.history, _var_index(self.rule), self.rule.places,
+            tail, event.ts,
         )
         try:
             return bool(cond.predicate(event.fields, ctx))
@@ -386,10 +385,10 @@ def _relaxed_step(rule: CompiledRule, state: RuleState, ev: _Evaluator) -> list:
 
     if state.pos - 1 >= state.resume:
         start = rule.summary((-1,))
-        for place, options in start.takes.items():
+        for place in start.takes:
             if ev.fits(place_var[place], None):
-                targets = tuple(sorted({letter for letter, _ in options}))
-                children.append(_extend(rule, state, None, None, place, targets, event))
+                children.append(_extend(rule, state, None, None, place, start.targets[place],
+                                        event))
 
     for child in children:
         _arrive(rule, state, child, found, kept)
@@ -432,7 +431,10 @@ def _step(
             if not guards & blocked:
                 moves.append((place, (letter,), members))
         else:
-            targets = tuple(sorted({lt for lt, guards in options if not (guards & blocked)}))
+            targets = (
+                summary.targets[place] if not blocked
+                else tuple(sorted({lt for lt, guards in options if not (guards & blocked)}))
+            )
             if targets:
                 moves.append((place, targets, members))
 
