@@ -296,9 +296,12 @@ class RuleProcessor(KeyedProcessorBase):
                     self._lead[i] = lead
         self._leads = frozenset(self._lead.values())
         self._rule_by_name = {rule.name: rule for rule in self.rules}
+        self._versions = {rule.name: rule.version for rule in self.rules}
         # The rules and their versions, as a key's state records them beside pending events.
         self._rules_list = [[rule.name, rule.version] for rule in self.rules]
-        self._rules_text = json.dumps(self._rules_list, separators=(",", ":"), ensure_ascii=False)
+        self._rules_bytes = json.dumps(
+            self._rules_list, separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8")
         self.dropped_partials: Counter[str] = (
             dropped_partials if dropped_partials is not None else Counter()
         )
@@ -1211,23 +1214,30 @@ class RuleProcessor(KeyedProcessorBase):
         # the same events have) are stored once, with the rules sharing them.
         idle: dict[tuple, list[tuple[list, list[Any]]]] = {}
         stored = 0
-        rows: dict[int, tuple | None] = {}
+        versions = self._versions
+        # A shared state's members list, once found: its other rules join it directly.
+        joined: dict[int, list[Any]] = {}
         for name, st in state.rules.items():
-            if st.__class__ is runtime.RuleState and st.shared:
-                row = rows.get(id(st), False)
-                if row is False:
-                    row = rows[id(st)] = history_only(st)
-            else:
-                row = history_only(st)
+            shared = st.__class__ is runtime.RuleState and st.shared
+            if shared:
+                members = joined.get(id(st))
+                if members is not None:
+                    members.append(name)
+                    members.append(versions[name])
+                    continue
+            row = history_only(st)
             if row is not None:
-                version = self._rule_by_name[name].version
                 alike = idle.setdefault(row, [])
                 for history, members in alike:
                     if history is st.history or history == st.history:
-                        members.extend((name, version))
+                        members.append(name)
+                        members.append(versions[name])
                         break
                 else:
-                    alike.append((st.history, [name, version]))
+                    members = [name, versions[name]]
+                    alike.append((st.history, members))
+                if shared:
+                    joined[id(st)] = members
                 continue
             stored += 1
             blob = st.to_bytes()
@@ -1254,14 +1264,15 @@ class RuleProcessor(KeyedProcessorBase):
                       if state.unseen.get(e.seq)}
             if unseen:
                 body["unseen"] = [[seq, names] for seq, names in unseen.items()]
-        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-        if state.pending:
-            # Which rules saw the pending events buffered (a later program's fresh rules must
-            # not; see KeyState.unseen): the processor's list, encoded once.
-            text = text[:-1] + ',"rules":' + self._rules_text + "}"
-        extra = text.encode("utf-8")
+        extra = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         parts.append(_BLOB.pack(len(extra)))
         parts.append(extra)
+        if state.pending:
+            # Which rules saw the pending events buffered (a later program's fresh rules must
+            # not; see KeyState.unseen): the processor's list as a blob of its own, encoded
+            # once, which a reader compares as bytes before it parses it.
+            parts.append(_BLOB.pack(len(self._rules_bytes)))
+            parts.append(self._rules_bytes)
         return _CODEC.encode(b"".join(parts), state.watermark, stored)
 
     def decode(self, data: bytes) -> KeyState:
@@ -1294,9 +1305,22 @@ class RuleProcessor(KeyedProcessorBase):
             (extra_len,) = _BLOB.unpack_from(view, offset)
             offset += _BLOB.size
             extra_bytes = bytes(view[offset : offset + extra_len])
-            if len(extra_bytes) != extra_len or offset + extra_len != len(view):
+            offset += extra_len
+            if len(extra_bytes) != extra_len:
                 raise StateError("key state has a wrong length")
             extra = json.loads(extra_bytes)
+            if offset < len(view):  # the rules that saw the pending events, as a blob
+                (rules_len,) = _BLOB.unpack_from(view, offset)
+                offset += _BLOB.size
+                rules_bytes = bytes(view[offset : offset + rules_len])
+                if offset + rules_len != len(view):
+                    raise StateError("key state has a wrong length")
+                extra["rules"] = (
+                    self._rules_list if rules_bytes == self._rules_bytes
+                    else json.loads(rules_bytes)
+                )
+            elif offset != len(view):
+                raise StateError("key state has a wrong length")
         except (struct.error, UnicodeDecodeError, ValueError) as exc:
             if isinstance(exc, StateError):
                 raise

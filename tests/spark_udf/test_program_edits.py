@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from cep.nfa.processor import _BLOB, _CODEC
 from spark_udf.checkpoint import Committed, RunRecord, StateLayout, check_resumable
 from spark_udf.edits import edit_program, processor_identity
 from spark_udf.errors import CheckpointError
@@ -142,3 +143,32 @@ rule pair from txn by card pattern a b define a as amount > 100, b as amount > 1
     # The third event (not pending at the edit) is seen by every rule once released.
     final = new.process(("c",), result.state, [], 40_000)
     assert sorted(m["name"] for m in final.outputs) == ["again", "big"]
+
+
+def test_a_state_written_with_the_rules_inside_its_body_still_reads():
+    """Key states written before the rule list had a blob of its own (the list inside the JSON
+    body) read as they did: the edited program's fresh rule still skips the pending events."""
+    program = """
+stream txn (card string, amount float, ts timestamp) time ts unit ms lateness 10s
+rule big from txn by card pattern b define b as amount > 100
+"""
+    old = processor_specs(program)[0][0].processor
+    events = [{"card": "c", "amount": 500.0, "ts": t, "stream": "txn", "_seq": i}
+              for i, t in enumerate((1_000, 2_000))]
+    state = old.process(("c",), None, events, 0).state  # both wait (watermark 0)
+    (watermark, count), view = _CODEC.decode(state)
+    assert count == 0  # nothing stored but the body and the rule list
+    (body_len,) = _BLOB.unpack_from(view, 0)
+    body = json.loads(bytes(view[_BLOB.size:_BLOB.size + body_len]))
+    rest = view[_BLOB.size + body_len:]
+    (rules_len,) = _BLOB.unpack_from(rest, 0)
+    body["rules"] = json.loads(bytes(rest[_BLOB.size:_BLOB.size + rules_len]))
+    assert body["rules"] == [["big", 1]]
+    text = json.dumps(body, separators=(",", ":")).encode()
+    before = _CODEC.encode(_BLOB.pack(len(text)) + text, watermark, 0)
+    edited = program + "rule again from txn by card pattern b define b as amount > 100\n"
+    new = processor_specs(edited, versions={"big": 1, "again": 1})[0][0].processor
+    for written in (state, before):
+        result = new.process(("c",), written, [], 20_000)
+        assert sorted(m["name"] for m in result.outputs) == ["big", "big"]
+    assert new.decode(before) == new.decode(state)
