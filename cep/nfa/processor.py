@@ -1319,8 +1319,6 @@ class RuleProcessor(KeyedProcessorBase):
                     self._rules_list if rules_bytes == self._rules_bytes
                     else json.loads(rules_bytes)
                 )
-            elif offset != len(view):
-                raise StateError("key state has a wrong length")
         except (struct.error, UnicodeDecodeError, ValueError) as exc:
             if isinstance(exc, StateError):
                 raise

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from cep.errors import StateError
 from cep.nfa.processor import _BLOB, _CODEC
 from spark_udf.checkpoint import Committed, RunRecord, StateLayout, check_resumable
 from spark_udf.edits import edit_program, processor_identity
@@ -172,3 +173,20 @@ rule big from txn by card pattern b define b as amount > 100
         result = new.process(("c",), written, [], 20_000)
         assert sorted(m["name"] for m in result.outputs) == ["big", "big"]
     assert new.decode(before) == new.decode(state)
+
+
+@pytest.mark.parametrize("damage", ["padded", "truncated"])
+def test_a_key_state_whose_rule_list_is_damaged_is_refused(damage):
+    """Bytes after the rule list, or a rule list cut short: an error naming the key state's
+    length, not a state read wrong."""
+    program = """
+stream txn (card string, amount float, ts timestamp) time ts unit ms lateness 10s
+rule big from txn by card pattern b define b as amount > 100
+"""
+    processor = processor_specs(program)[0][0].processor
+    events = [{"card": "c", "amount": 500.0, "ts": 1_000, "stream": "txn", "_seq": 0}]
+    state = processor.process(("c",), None, events, 0).state
+    (watermark, count), view = _CODEC.decode(state)
+    body = bytes(view) + b"x" if damage == "padded" else bytes(view)[:-1]
+    with pytest.raises(StateError, match="wrong length"):
+        processor.decode(_CODEC.encode(body, watermark, count))
