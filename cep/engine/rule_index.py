@@ -234,9 +234,12 @@ class StartIndex:
             if advances:
                 for group in masks.advancing:
                     signature = signature_of.get(id(group))
-                    if signature is None:  # rules registered since: every group may want it
-                        for signature in groups:
-                            per.setdefault(signature, [])
+                    if signature is None:
+                        # The group was rebuilt since (rules registered or removed): every
+                        # group reading the event's stream may want it.
+                        for signature, now in groups.items():
+                            if event.stream in now.readers:
+                                per.setdefault(signature, [])
                     elif signature not in per:
                         per[signature] = []
             for signature, touches in per.items():

@@ -213,6 +213,28 @@ def test_a_rule_whose_match_ended_still_counts_the_events_it_can_only_advance(in
 
 
 @pytest.mark.parametrize("index", INDEXES)
+def test_events_waiting_for_the_watermark_reach_only_rules_of_their_stream_after_a_register(
+        index):
+    """Payments that can only advance a rule wait in the reorder buffer while another rule of
+    its group is registered (the group is rebuilt): once released they still complete its
+    match, and no group whose rules do not read their stream gets them (it has no key for
+    them: they would be reported as events without a key)."""
+    rules = ("rule s from ev by key pattern a b within 1s\n"
+             '  define a as kind == "order", b as kind == "payment"\n'
+             "rule f from flags by key pattern x define x as level > 2\n")
+    rows = [{"stream": "ev", "id": i, "key": "k1", "kind": kind, "amount": 5.0,
+             "merchant": "m1", "price": 1.0, "ts": ts}
+            for i, (kind, ts) in enumerate([("order", 0), ("payment", 10), ("payment", 11)])]
+    engine = Engine(rule_index=index)
+    engine.register(STREAMS + rules)
+    engine.feed_batch(_frame(rows))  # the watermark stays at 6: both payments wait
+    engine.register('rule g from ev by key pattern y define y as kind == "login"\n')
+    engine.close()
+    assert engine.drain_dead_letters() == []
+    assert [m["events"] for m in engine.drain()] == [{"a": [0], "b": [1]}]
+
+
+@pytest.mark.parametrize("index", INDEXES)
 def test_strict_prev_rules_run_only_from_where_they_may_start(index):
     """Strict ``prev`` rules must see every event of their keys; the index hands the events
     before a possible start to the state without running the rule on them. (With a relaxed
