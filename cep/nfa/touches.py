@@ -52,7 +52,7 @@ def advance_class(rule: Any, start: int) -> int | None:
     apart) on the same bits outside ``start`` (the rule's start bits). On such a row a rule's
     mask is its bits outside ``start``, so one mask per class stands for all its rules. None
     when the rule's conditions cannot be told apart so (no columnar text, or a condition read
-    at release: :func:`cep.engine.rule_index`'s refinement changes masks per rule)."""
+    at release: :mod:`cep.engine.rule_index`'s refinement changes masks per rule)."""
     conditions = getattr(rule, "conditions", None)
     if conditions is None or start == -1 or getattr(rule, "at_release", ()):
         return None
