@@ -157,6 +157,8 @@ def parse_number(value: Any) -> int | float | None:
 
     Booleans are not numbers here, although Python treats them as integers.
     """
+    if type(value) is int:
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):

@@ -5,6 +5,7 @@ computed only for documents that reach verification."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from itertools import chain
 from typing import Any
 
 from percolator.analysis import (
@@ -105,7 +106,7 @@ class AnalyzedDocument:
     )
 
     def __init__(self, source: Mapping[str, Any], schema: Schema = DEFAULT_SCHEMA) -> None:
-        if not isinstance(source, Mapping):
+        if type(source) is not dict and not isinstance(source, Mapping):
             raise InvalidDocumentError(
                 f"a document must be a mapping of field to value, not {type(source).__name__}"
             )
@@ -145,9 +146,13 @@ class AnalyzedDocument:
     def default_fields(self) -> tuple[str, ...]:
         """The fields present in this document that terms without a field search."""
         if self._default_fields is None:
-            self._default_fields = tuple(
-                name for name, vals in self._values.items()
-                if self.schema.is_default_field(name, vals)
+            declared = self.schema.default_fields
+            self._default_fields = (
+                tuple(name for name, vals in self._values.items()
+                      if self.schema.is_default_field(name, vals))
+                if declared is None
+                # In the document's order, as the schema would say field by field.
+                else tuple([name for name in self._values if name in declared])
             )
         return self._default_fields
 
@@ -205,10 +210,17 @@ class AnalyzedDocument:
         if terms is not None:
             return terms
         if name == DEFAULT_FIELD:
-            members = [self.terms(member) for member in self.default_fields()]
-            terms = (
-                members[0] if len(members) == 1 else frozenset().union(*members)
-            )
+            members = self.default_fields()
+            if len(members) == 1:
+                terms = self.terms(members[0])
+            else:
+                # From the words of plain text fields rather than their own sets: most
+                # documents never need a default field's terms on their own.
+                pieces: list[Collection[str]] = []
+                for member in members:
+                    plain = None if member in self._terms else self._plain_text(member)
+                    pieces.append(self.terms(member) if plain is None else plain[1])
+                terms = frozenset(chain.from_iterable(pieces))
         elif self.kind(name) == TEXT:
             plain = self._plain_text(name)
             if plain is not None:
@@ -440,8 +452,9 @@ class AnalyzedDocument:
         """The values of field ``name`` that are numbers or decimal strings."""
         numbers = self._numbers.get(name)
         if numbers is None:
-            parsed = (parse_number(v) for v in self._values.get(name, ()))
-            numbers = tuple(n for n in parsed if n is not None)
+            numbers = tuple([
+                n for v in self._values.get(name, ()) if (n := parse_number(v)) is not None
+            ])
             self._numbers[name] = numbers
         return numbers
 

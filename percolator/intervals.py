@@ -50,7 +50,9 @@ class IntervalTable:
             type(value) is int and not -_EXACT_FLOAT <= value <= _EXACT_FLOAT
         ):
             # Python compares an int with a float bound exactly, whatever its size.
-            hits.update(a for low, high, a in self.pending if low <= value <= high)
+            for low, high, atom_id in self.pending:
+                if low <= value <= high:
+                    hits.add(atom_id)
             return
         assert self.highs is not None
         value = float(value)

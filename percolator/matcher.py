@@ -14,6 +14,7 @@ from typing import Any
 import xxhash
 
 from percolator.analysis import Schema
+from percolator.collector import collector_paused
 from percolator.document import AnalyzedDocument
 from percolator.errors import InvalidDocumentError
 from percolator.evaluate import CompiledQuery, Highlights
@@ -217,7 +218,10 @@ class Percolator:
     def _document_id(self, document: Mapping[str, Any], given: Any) -> str:
         if given is not None:
             return str(given)
-        value = document.get(self.id_field) if isinstance(document, Mapping) else None
+        value = (
+            document.get(self.id_field)
+            if type(document) is dict or isinstance(document, Mapping) else None
+        )
         if value is None:
             raise InvalidDocumentError(
                 f"document has no {self.id_field!r} field; pass document_id explicitly"
@@ -290,7 +294,10 @@ class Percolator:
                         f"document {position} has no id: document_ids is shorter than the batch"
                     )
             else:
-                value = document.get(self.id_field) if isinstance(document, Mapping) else None
+                value = (
+            document.get(self.id_field)
+            if type(document) is dict or isinstance(document, Mapping) else None
+        )
             document_id = str(position) if value is None else str(value)
             chunk.append((document_id, AnalyzedDocument(document, schema)))
             if len(chunk) == SELECTION_BATCH:
@@ -316,8 +323,19 @@ class Percolator:
         are selected :data:`SELECTION_BATCH` documents at a time (see
         :meth:`QueryIndex.candidates_batch`). ``highlights``: whether every match carries
         them (None: the percolator's setting); either way the queries registered with
-        ``highlights=True`` get them.
+        ``highlights=True`` get them. Python's cyclic collector is paused meanwhile (see
+        :func:`~percolator.collector.collector_paused`).
         """
+        with collector_paused():
+            return self._match_batch(documents, stream, document_ids, highlights)
+
+    def _match_batch(
+        self,
+        documents: Sequence[Mapping[str, Any]] | Iterable[Mapping[str, Any]],
+        stream: str | None,
+        document_ids: Sequence[Any] | None,
+        highlights: bool | None,
+    ) -> BatchResult:
         wanted = self.highlights if highlights is None else highlights
         all_matches: list[tuple[QueryMatch, ...]] = []
         per_doc: list[int] = []

@@ -23,7 +23,6 @@ from cep.engine.column_route import ColumnRoute, run_block
 from cep.engine.dispatch import KeyedRules, KeyTimers, fire_due
 from cep.engine.intake import (
     RowOrigin,
-    collector_paused,
     lateness,
     mask_tuples,
     rule_masks,
@@ -60,6 +59,7 @@ from cep.events.watermark import (
 from cep.nfa.compiler import compile_rule
 from cep.nfa.processor import RuleProcessor, RuleRuntime, key_signature
 from cep.tables import ChangeError, TableFeed, Tables
+from percolator.collector import collector_paused
 from query_lang import ast
 
 __all__ = ["Engine", "EngineStats", "load_declarations", "load_list"]
@@ -873,7 +873,7 @@ class Engine:
         >>> report.reset, report.versions
         (('probe',), {'probe': 2})
         """
-        with collector_paused():  # one object per partial match and event: see intake
+        with collector_paused():  # one object per partial match and event
             return checkpoint.snapshot(self)
 
     def restore(self, data: bytes) -> checkpoint.RestoreReport:

@@ -3,9 +3,7 @@ lateness and rule masks, computed per column for the whole batch."""
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +24,6 @@ __all__ = [
     "BadRow",
     "RowOrigin",
     "StreamRows",
-    "collector_paused",
     "lateness",
     "mask_tuples",
     "rule_masks",
@@ -205,22 +202,3 @@ class RowOrigin:
 
 def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the duration of a batch.
-
-    A batch allocates events, binding lists and matches by the hundred thousand, none of them
-    in reference cycles; generational collections triggered by those allocations would walk
-    every live object again and again (a quarter of the CPU time of a strict-contiguity batch)
-    to free nothing. The collector's previous setting is restored afterwards.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
