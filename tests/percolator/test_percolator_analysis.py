@@ -250,3 +250,7 @@ def test_terms_in_fields_is_the_union_of_each_fields_terms(source, names, declar
     defaults = set().union(*(AnalyzedDocument(source, schema).terms(f)
                              for f in doc.default_fields()))
     assert doc.terms(DEFAULT_FIELD) == defaults
+    # In the document's order, whether the schema names the default fields or not.
+    assert doc.default_fields() == tuple(
+        f for f in doc.fields() if schema.is_default_field(f, doc.values(f))
+    )
