@@ -234,7 +234,10 @@ class AnalyzedDocument:
                         collected.add(canonical_keyword(value))
                 terms = frozenset(collected)
         else:
-            terms = frozenset([canonical_keyword(value) for value in self._values.get(name, ())])
+            terms = frozenset([
+                value if type(value) is str else canonical_keyword(value)
+                for value in self._values.get(name, ())
+            ])
         self._terms[name] = terms
         return terms
 

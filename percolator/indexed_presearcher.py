@@ -384,9 +384,11 @@ class IndexedSegment(Segment):
                     for index in range(0, len(key_patterns), 2):
                         if term in view.terms(key_patterns[index]):
                             hits.add(key_patterns[index + 1])
+        # The fields' terms looked up once (view.terms), then read from its cache.
+        field_terms = view.field_terms
         for term, keys in held:
             for key in keys:
-                terms = view.terms(key[0])
+                terms = field_terms.get(key[0]) or view.terms(key[0])
                 if term in terms:
                     self._post(view, key, terms)
         if hits and self._atom_keys:
@@ -531,22 +533,23 @@ class _DocumentView:
     posted so far, and, looked up once each, its terms per field and the pattern atoms that
     are no key."""
 
-    __slots__ = ("doc", "segment", "hits", "posted", "_terms", "_partnered", "_tested")
+    __slots__ = ("doc", "segment", "hits", "posted", "field_terms", "_partnered", "_tested")
 
     def __init__(self, doc: AnalyzedDocument, segment: IndexedSegment) -> None:
         self.doc = doc
         self.segment = segment
         self.hits: set[int] = set()
         self.posted: set[int] = set()
-        self._terms: dict[str, frozenset[str]] = {}
+        #: The document's terms per field looked up so far (see :meth:`terms`).
+        self.field_terms: dict[str, frozenset[str]] = {}
         self._partnered: dict[str, frozenset[str]] = {}
         self._tested: dict[int, bool] = {}
 
     def terms(self, field_name: str) -> frozenset[str]:
         """The document's terms in ``field_name``."""
-        terms = self._terms.get(field_name)
+        terms = self.field_terms.get(field_name)
         if terms is None:
-            terms = self._terms[field_name] = self.doc.terms(field_name)
+            terms = self.field_terms[field_name] = self.doc.terms(field_name)
         return terms
 
     def partnered(self, field_name: str, present: frozenset[str]) -> frozenset[str]:
