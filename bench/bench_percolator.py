@@ -434,11 +434,12 @@ def repeated(
 
 def fresh_streams(
     testing: list[dict[str, Any]], length: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[dict[str, Any]], ...]:
     """Disjoint slices of the test documents: the stream matched without highlights (the
     first ``length``, where the baseline and the peer are checked), the one matched with
-    them, the one only presearched, and the documents that warm each index up before (the
-    last 1,000: a stream already running, whose terms the index has met)."""
+    them, the one only presearched, the documents that warm each index up before (the
+    last 1,000: a stream already running, whose terms the index has met), and those between
+    the streams and the warm-up, which a large segment's layout trial may take after it."""
     if 3 * length + WARM_DOCUMENTS > len(testing):
         raise SystemExit(
             f"{len(testing)} test documents cannot hold three streams of {length} and "
@@ -446,9 +447,28 @@ def fresh_streams(
         )
     return (
         testing[:length], testing[length:2 * length], testing[2 * length:3 * length],
-        testing[-WARM_DOCUMENTS:],
+        testing[-WARM_DOCUMENTS:], testing[3 * length:-WARM_DOCUMENTS],
     )
 
+
+def settle_layouts(percolator: Percolator, docs: list[dict[str, Any]]) -> tuple[int, float]:
+    """Match ``docs``, a chunk at a time, while a sealed segment still times its two layouts
+    (a segment of ``columnar_threshold`` queries or more does on its first ~1,150 documents,
+    then frees the layout it does not keep): a stream already running has chosen. Returns
+    the documents it took and their CPU seconds (0 and 0.0 when no segment was on trial)."""
+    taken, seconds = 0, 0.0
+    while percolator.stats().trials and taken < len(docs):
+        chunk_seconds, _ = run(percolator, docs[taken:taken + SETTLE_CHUNK])
+        seconds += chunk_seconds
+        taken = min(len(docs), taken + SETTLE_CHUNK)
+    if percolator.stats().trials:
+        print(f"  a segment still times both layouts after {taken:,} documents: the measured "
+              "passes include the rest of its trial", flush=True)
+    return taken, seconds
+
+
+#: Documents matched per call while a layout trial runs.
+SETTLE_CHUNK = 256
 
 #: Documents matched before each measurement, from the end of the test half.
 WARM_DOCUMENTS = 1000
@@ -568,13 +588,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="passes of --docs new documents each whose mean rate Vigil reports")
     parser.add_argument("--peer-seconds", type=float, default=20.0,
                         help="time budget of the peer per batch size (at least one batch)")
+    parser.add_argument("--columnar-threshold", type=int, default=COLUMNAR_THRESHOLD,
+                        help="queries from which a sealed segment times flat postings too")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "percolator.md")
     args = parser.parse_args(argv)
 
     corpus, source = load_corpus()
     training, testing = split_corpus(corpus)
     docs = testing[: args.docs]
-    stream, highlight_stream, prefilter_stream, warm = fresh_streams(
+    stream, highlight_stream, prefilter_stream, warm, settling = fresh_streams(
         testing, args.docs * args.repeats
     )
     words_per_doc = sum(len(analyze_text(d["title"] + " " + d["body"])) for d in docs) / len(docs)
@@ -595,9 +617,13 @@ def main(argv: list[str] | None = None) -> None:
         generator.rng.seed(size)
         queries = generator.queries(size, workload)
         stage(workload, size, "queries generated")
-        indexed, build_seconds = build(queries, IndexedPresearcher(selectivity))
+        indexed, build_seconds = build(
+            queries, IndexedPresearcher(selectivity, columnar_threshold=args.columnar_threshold)
+        )
         stage(workload, size, "index built")
         run(indexed, warm)  # a stream already running: the index has met its common terms
+        # ... and its large segments have chosen their layout (a one-time cost, reported).
+        trial_docs, trial_seconds = settle_layouts(indexed, settling)
         seconds, result = repeated(indexed, stream, args.docs)
         stats = result.stats
         rate = stats.documents / seconds
@@ -661,6 +687,8 @@ def main(argv: list[str] | None = None) -> None:
             "updates": updates,
             "segments": index_stats.segments,
             "columnar": index_stats.columnar,
+            "trial_docs": trial_docs,
+            "trial_seconds": trial_seconds,
         }
         rows.append(row)
         print(row, flush=True)
@@ -753,6 +781,13 @@ def goal_lines(workload: str, rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def trial_text(row: dict[str, Any]) -> str:
+    """After how many documents and CPU seconds a layout trial chose, if one ran."""
+    if not row.get("trial_docs"):
+        return ""
+    return f"; chosen after {row['trial_docs']:,} docs, {row['trial_seconds']:.1f} s"
+
+
 def peer_text(row: dict[str, Any]) -> tuple[str, str, str]:
     """The peer's best rate (with its batch size), Vigil's ratio to it, and its rate per
     batch size, as table cells."""
@@ -799,7 +834,9 @@ def write_report(
         f"the index (the stream with highlights is another {args.repeats * args.docs:,} "
         "documents, prefilter-only a third), after the index has matched "
         f"{WARM_DOCUMENTS:,} others (a stream already running): what a segment learns of "
-        "the terms it meets is paid for as a stream pays for it.",
+        "the terms it meets is paid for as a stream pays for it. A segment that times both "
+        "layouts of its postings (below) has first matched as many more new documents as "
+        "its trial took, so that the passes measure the layout it keeps.",
         "- *tantivy*: the same queries translated to tantivy queries "
         "(`bench/peers/tantivy_batch.py`) run as a batch reverse search: each batch of test "
         "documents indexed in RAM, then every query run over it (Luwak's batch mode, "
@@ -816,8 +853,10 @@ def write_report(
         "- *live add+delete/s*: 2,000 queries added one by one to the loaded index, then "
         "1,000 of them deleted. *segments*: sealed segments after that, and how many of them "
         "keep their postings as flat arrays (a segment of `columnar_threshold` queries or more, "
-        f"default {COLUMNAR_THRESHOLD:,}, times both layouts on its first documents and keeps "
-        "the faster; one still timing counts as flat).",
+        f"here {args.columnar_threshold:,}, times both layouts on its first documents and keeps "
+        "the faster; one still timing counts as flat), and after how many documents beyond "
+        "the warm-up, in how many CPU seconds, such a trial chose (a one-time cost of a new "
+        "index, not in the rates).",
         "- Analysis alone (tokenising title and body into term sets): "
         f"{analysis_rate:,.0f} documents/s.",
         "",
@@ -847,7 +886,7 @@ def write_report(
                 f"{r['rate'] * r['matches']:,.0f} | {per_match(r)} | "
                 f"{r['always']} | {r['base_rate']:,.2f} ({r['base_docs']}) | "
                 f"{r['speedup']:,.0f}x | {r['updates']:,.0f} | {r['segments']} "
-                f"({r['columnar']} flat) |"
+                f"({r['columnar']} flat{trial_text(r)}) |"
             )
         lines.append("")
         if len(rows) >= 2:

@@ -61,7 +61,9 @@ class IndexStats:
     """Shape of the index: live queries, segments, tombstones and the always-run bucket.
 
     ``columnar`` counts the sealed segments whose postings are flat arrays (see
-    :class:`~percolator.columnar.ColumnarPostings`).
+    :class:`~percolator.columnar.ColumnarPostings`); ``trials`` those still timing both
+    layouts on the stream (see :class:`~percolator.layout_trial.LayoutTrial`), which count
+    as flat until they choose.
     """
 
     queries: int
@@ -70,6 +72,7 @@ class IndexStats:
     tombstones: int
     always_run: int
     columnar: int = 0
+    trials: int = 0
 
 
 class _SealedSegment:
@@ -163,6 +166,7 @@ class QueryIndex:
         return IndexStats(
             len(self._entries), len(self._sealed), self._delta.size, dead, self._always_live,
             sum(s.segment.columnar for s in self._sealed),
+            sum(s.segment.on_trial for s in self._sealed),
         )
 
     def always_run(self) -> int:

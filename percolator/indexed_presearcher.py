@@ -226,6 +226,10 @@ class IndexedSegment(Segment):
         return self._columnar is not None
 
     @property
+    def on_trial(self) -> bool:
+        return self._trial is not None
+
+    @property
     def layout(self) -> str:
         """``postings`` (Python objects), ``flat`` (arrays), or ``trial`` while both are kept."""
         if self._trial is not None:

@@ -41,6 +41,11 @@ class Segment(ABC):
         """Whether this segment's postings are flat arrays."""
         return False
 
+    @property
+    def on_trial(self) -> bool:
+        """Whether this segment still times two layouts of its postings to keep the faster."""
+        return False
+
     @abstractmethod
     def add(self, slot: int, requirement: Requirement) -> None:
         """Add the query in ``slot`` with its requirement; only while the segment is open."""

@@ -61,6 +61,7 @@ def test_the_layout_that_spends_less_time_per_document_is_kept(monkeypatch, slow
     reference = baseline(standing)
     segment = _segment(percolator)
     assert segment.layout == "trial" and percolator.stats().columnar == 1
+    assert percolator.stats().trials == 1
     docs = _documents(60)
     # Single documents and batches of three: each call is one turn of one layout.
     for doc in docs[:6]:
@@ -72,6 +73,7 @@ def test_the_layout_that_spends_less_time_per_document_is_kept(monkeypatch, slow
     kept = POSTINGS if slow == FLAT else FLAT
     assert segment.layout == kept
     assert percolator.stats().columnar == (1 if kept == FLAT else 0)
+    assert percolator.stats().trials == 0
     if kept == FLAT:
         assert segment._term_keys == {} and segment._known == {}
     assert outcome(percolator, docs) == outcome(reference, docs)
@@ -90,7 +92,7 @@ def test_the_trial_ends_on_real_time_and_answers_stay_those_of_every_query():
         batch = docs[start:start + 32]
         assert outcome(percolator, batch) == outcome(reference, batch)
     assert seen >= {"trial"}
-    assert segment.layout in ("flat", "postings")
+    assert segment.layout in ("flat", "postings") and percolator.stats().trials == 0
 
 
 def test_without_the_trial_the_flat_arrays_serve_alone():
@@ -99,6 +101,7 @@ def test_without_the_trial_the_flat_arrays_serve_alone():
     percolator.add_many((name, query, ()) for name, query in _standing())
     segment = _segment(percolator)
     assert segment.layout == "flat" and segment._term_keys == {}
+    assert percolator.stats().trials == 0
     below = Percolator(SCHEMA, IndexedPresearcher(columnar_threshold=len(QUERIES) + 1))
     below.add_many((name, query, ()) for name, query in _standing())
     assert _segment(below).layout == "postings"
