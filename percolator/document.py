@@ -102,6 +102,7 @@ class AnalyzedDocument:
     __slots__ = (
         "source", "schema", "_values", "_kinds", "_terms", "_tokens", "_positions",
         "_numbers", "_times", "_default_fields", "_joined", "_plain", "_offsets", "_spaced",
+        "_single",
         "_frameable",
     )
 
@@ -126,6 +127,8 @@ class AnalyzedDocument:
         self._plain: dict[str, tuple[str, list[str], str] | None] = {}
         self._offsets: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self._spaced: dict[str, str | None] = {}
+        # Field -> its tokens joined by single spaces, framed by two: made on the first phrase.
+        self._single: dict[str, str] | None = None
         self._frameable: dict[str, bool] = {}
         self._default_fields: tuple[str, ...] | None = None
 
@@ -316,6 +319,28 @@ class AnalyzedDocument:
                 return starts
             if tokens[start + 1:start + width] == rest:
                 starts.append(start)
+
+    def has_phrase(self, name: str, words: tuple[str, ...]) -> bool:
+        """Whether ``words`` occur consecutively in field ``name``: ``phrase_starts`` is not
+        empty. On a single ASCII text value, one substring search of the words, spaced, in its
+        tokens joined by single spaces (tokens hold no space).
+
+        Examples
+        --------
+        >>> doc = AnalyzedDocument({"t": "Red fox, red-fox!"}, Schema.of({"t": "text"}))
+        >>> doc.has_phrase("t", ("fox", "red")), doc.has_phrase("t", ("red", "red"))
+        (True, False)
+        """
+        plain = self._plain_text(name)
+        if plain is None:
+            return bool(self.phrase_starts(name, words))
+        single = self._single
+        if single is None:
+            single = self._single = {}
+        joined = single.get(name)
+        if joined is None:
+            joined = single[name] = " " + " ".join(plain[1]) + " "
+        return " " + " ".join(words) + " " in joined
 
     def phrase_span(self, name: str, start: int, width: int) -> tuple[int, int] | None:
         """Character offsets from the token at position ``start`` to the end of the token

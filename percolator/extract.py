@@ -111,7 +111,9 @@ def atom_holds(doc: AnalyzedDocument, atom: Atom) -> bool:
     if kind == "term":
         return atom[2] in doc.terms(field_name)
     if kind == "pattern":
-        return next(term_filter(*atom[2:]).matching_terms(doc, field_name), None) is not None
+        # Every term tested, not the probe literal's few: the reference for that search too.
+        test = term_filter(*atom[2:]).test
+        return any(test(term) for term in doc.terms(field_name))
     if kind == "exists":
         return doc.has(field_name)
     low, high = atom[2], atom[3]

@@ -125,7 +125,7 @@ class TermMatch(Matcher):
             return words[0] in terms
         if any(w not in terms for w in words):
             return False
-        return bool(self._phrase_starts(doc, name))
+        return doc.has_phrase(name, words)
 
     def _phrase_starts(self, doc: AnalyzedDocument, name: str) -> list[int]:
         return doc.phrase_starts(name, self.words)
@@ -194,7 +194,7 @@ class PatternMatch(Matcher):
         return self.text_pattern if kind == TEXT else self.keyword_pattern
 
     def _matches_field(self, doc: AnalyzedDocument, name: str) -> bool:
-        return next(self.pattern_for(doc.kind(name)).matching_terms(doc, name), None) is not None
+        return self.pattern_for(doc.kind(name)).holds_in(doc, name)
 
     def matches(self, doc: AnalyzedDocument) -> bool:
         return any(self._matches_field(doc, f) for f in _targets(doc, self.field))

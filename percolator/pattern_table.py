@@ -89,7 +89,7 @@ class PatternTable:
             if doc.has(field_name):
                 offset = self.offsets[field_name]
                 for pattern_id in pattern_ids:
-                    if next(filters[pattern_id].matching_terms(doc, field_name), None):
+                    if filters[pattern_id].holds_in(doc, field_name):
                         hits.add(offset + pattern_id)
 
     def seal(self, keys: Iterable[int]) -> None:
@@ -149,7 +149,7 @@ class PatternTable:
                     return decisive in spaced
             if doc.frameable(field_name):
                 return pattern.probe in doc.joined_terms(field_name)  # type: ignore[operator]
-        return next(pattern.matching_terms(doc, field_name), None) is not None
+        return pattern.holds_in(doc, field_name)
 
 
 def decisive_literal(kind: str, form: str, source: str) -> str | bool | None:

@@ -74,6 +74,38 @@ class TermPattern:
                 yield term
             found = joined.find(probe, end)
 
+    def holds_in(self, doc: AnalyzedDocument, name: str) -> bool:
+        """Whether some term of field ``name`` passes: :meth:`matching_terms` is not empty,
+        found without a generator (the prefilter and the evaluator ask this of each
+        pattern partner of a key a document holds).
+
+        Examples
+        --------
+        >>> from percolator.analysis import Schema
+        >>> doc = AnalyzedDocument({"t": "the acme widget"}, Schema.of({"t": "text"}))
+        >>> pattern = glob_pattern("wildcard", "ac?e", TEXT)
+        >>> pattern.holds_in(doc, "t"), glob_pattern("prefix", "wid", TEXT).holds_in(doc, "x")
+        (True, False)
+        """
+        probe = self.probe
+        test = self.test
+        if probe is None or not doc.frameable(name):
+            for term in doc.terms(name):
+                if test(term):
+                    return True
+            return False
+        joined = doc.joined_terms(name)
+        lead = probe[0] == TERM_EDGE
+        trail = probe[-1] == TERM_EDGE
+        found = joined.find(probe)
+        while found >= 0:
+            start = found if lead else joined.rfind(TERM_EDGE, 0, found)
+            end = found + len(probe) - 1 if trail else joined.find(TERM_EDGE, found + len(probe))
+            if test(joined[start + 1:end]):
+                return True
+            found = joined.find(probe, end)
+        return False
+
 
 class _FullMatch:
     """RE2 whole-string matching through the compiled program, skipping the Python wrapper's

@@ -185,6 +185,7 @@ def test_plain_text_offsets_and_phrases_equal_the_tokenised_path(text, words):
         if all(p + i + 1 in positions.get(w, set()) for i, w in enumerate(words[1:]))
     )
     assert doc.phrase_starts("title", tuple(words)) == expected
+    assert doc.has_phrase("title", tuple(words)) == bool(expected)
     at = {t.position: t for t in tokens}
     for start in expected:
         assert doc.phrase_span("title", start, len(words)) == (
@@ -196,6 +197,7 @@ def test_plain_text_offsets_and_phrases_equal_the_tokenised_path(text, words):
 def test_phrases_in_list_values_do_not_cross_values():
     doc = AnalyzedDocument({"notes": ["red fox", "Fox red fox"]}, Schema.of({"notes": "text"}))
     assert doc.phrase_starts("notes", ("fox", "red")) == [102]
+    assert doc.has_phrase("notes", ("fox", "red")) and not doc.has_phrase("notes", ("fox", "fox"))
     assert doc.phrase_span("notes", 102, 2) == (8, 15)
     assert doc.term_offsets("notes", "fox") == [(4, 7), (8, 11), (16, 19)]
 
