@@ -52,32 +52,17 @@ class TermPattern:
         return max(self.literals, key=lambda lit: (len(lit.strip(TERM_EDGE)), len(lit)))
 
     def matching_terms(self, doc: AnalyzedDocument, name: str) -> Iterator[str]:
-        """The distinct terms of field ``name`` that pass the test, lazily.
+        """The distinct terms of field ``name`` that pass the test.
 
         Rather than testing every term, finds the probe literal in the framed terms of the
         field (one C-level search per occurrence) and tests only the terms containing it.
         """
-        probe = self.probe
-        joined = doc.joined_terms(name) if probe is not None else ""
-        if probe is None or not doc.frameable(name):
-            yield from (t for t in doc.terms(name) if self.test(t))
-            return
-        test = self.test
-        lead = probe[0] == TERM_EDGE
-        trail = probe[-1] == TERM_EDGE
-        found = joined.find(probe)
-        while found >= 0:
-            start = found if lead else joined.rfind(TERM_EDGE, 0, found)
-            end = found + len(probe) - 1 if trail else joined.find(TERM_EDGE, found + len(probe))
-            term = joined[start + 1:end]
-            if test(term):
-                yield term
-            found = joined.find(probe, end)
+        yield from self._passing(doc, name, first_only=False)
 
     def holds_in(self, doc: AnalyzedDocument, name: str) -> bool:
-        """Whether some term of field ``name`` passes: :meth:`matching_terms` is not empty,
-        found without a generator (the prefilter and the evaluator ask this of each
-        pattern partner of a key a document holds).
+        """Whether some term of field ``name`` passes (:meth:`matching_terms` is not empty),
+        found without a generator and stopping at the first (the prefilter and the evaluator
+        ask this of each pattern partner of a key a document holds).
 
         Examples
         --------
@@ -87,13 +72,20 @@ class TermPattern:
         >>> pattern.holds_in(doc, "t"), glob_pattern("prefix", "wid", TEXT).holds_in(doc, "x")
         (True, False)
         """
+        return bool(self._passing(doc, name, first_only=True))
+
+    def _passing(self, doc: AnalyzedDocument, name: str, first_only: bool) -> list[str]:
+        """The terms of field ``name`` that pass, or only the first of them."""
         probe = self.probe
         test = self.test
+        passing: list[str] = []
         if probe is None or not doc.frameable(name):
             for term in doc.terms(name):
                 if test(term):
-                    return True
-            return False
+                    passing.append(term)
+                    if first_only:
+                        break
+            return passing
         joined = doc.joined_terms(name)
         lead = probe[0] == TERM_EDGE
         trail = probe[-1] == TERM_EDGE
@@ -101,10 +93,13 @@ class TermPattern:
         while found >= 0:
             start = found if lead else joined.rfind(TERM_EDGE, 0, found)
             end = found + len(probe) - 1 if trail else joined.find(TERM_EDGE, found + len(probe))
-            if test(joined[start + 1:end]):
-                return True
+            term = joined[start + 1:end]
+            if test(term):
+                passing.append(term)
+                if first_only:
+                    break
             found = joined.find(probe, end)
-        return False
+        return passing
 
 
 class _FullMatch:
