@@ -9,8 +9,8 @@ Includes read only rule files: inside the directory of a file given or an includ
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from query_lang import ast
 from query_lang.checks import check_declarations
@@ -75,6 +75,29 @@ class Program:
     @property
     def metrics(self) -> dict[str, ast.MetricDecl]:
         return self._named(ast.MetricDecl)
+
+    def with_webhook_urls(self, urls: Mapping[str, str]) -> Program:
+        """This program with the webhooks named in ``urls`` sending to the URL given there
+        instead of their declared one (a staging receiver, a local one); nothing else changes.
+
+        Raises
+        ------
+        KeyError
+            Naming a webhook the program does not declare.
+        """
+        unknown = sorted(set(urls) - set(self.webhooks))
+        if unknown:
+            declared = ", ".join(sorted(self.webhooks)) or "none"
+            raise KeyError(f"no webhook {', '.join(unknown)} is declared (declared: {declared})")
+
+        def moved(decl: ast.Declaration) -> ast.Declaration:
+            if isinstance(decl, ast.WebhookDecl) and decl.name in urls:
+                return replace(decl, url=urls[decl.name])
+            return decl
+
+        modules = [replace(m, declarations=tuple(map(moved, m.declarations)))
+                   for m in self.modules]
+        return Program(modules, dict(self.sources))
 
 
 class _Loader:

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import threading
+from urllib.parse import urlsplit, urlunsplit
 
 from cep.alerts import WebhookReceiver, new_secret
 from cep.cli import run
@@ -32,8 +33,10 @@ def configure_parser(sub) -> None:
     parser.add_argument("--events", default=SAMPLE_EVENTS,
                         help="events directory (default examples/events)")
     parser.add_argument("--out", default="out", help="output directory (default out/)")
-    parser.add_argument("--port", type=int, default=DEMO_PORT,
-                        help="port of the local webhook receiver (default 8787)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="port of the local webhook receiver (default 8787, or a free "
+                        "one when 8787 is busy; 0 for any free one); the rules' webhooks on "
+                        "127.0.0.1:8787 are pointed at it")
     parser.add_argument("--quiet", action="store_true", help="do not print each alert")
     parser.set_defaults(handler=_cmd_demo)
 
@@ -74,14 +77,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 sys.stderr.flush()
 
     try:
-        receiver = WebhookReceiver(tuple(dict.fromkeys(secrets)), on_alert=on_alert,
-                                   port=args.port)
+        receiver = _start_receiver(tuple(dict.fromkeys(secrets)), on_alert, args.port)
     except OSError as err:
         print(f"vigil demo: cannot listen on 127.0.0.1:{args.port} ({err.strerror}); "
-              "use --port and point the example webhooks at it", file=sys.stderr)
+              "choose another --port", file=sys.stderr)
         return 2
-    with receiver:
+    try:
         print(f"webhook receiver listening on {receiver.url}", file=sys.stderr)
+        moved = _moved_webhooks(program, receiver.url)
+        if moved:
+            print(f"the webhooks {', '.join(sorted(moved))} (declared on 127.0.0.1:{DEMO_PORT}) "
+                  f"send to {receiver.url} instead", file=sys.stderr)
         matches_out = os.path.join(
             args.out, "matches" if args.engine == "spark" else "matches.jsonl"
         )
@@ -96,10 +102,46 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             "--progress", "--outbox", os.path.join(args.out, "outbox.sqlite"),
             "--delivery-deadline", "30", "--master", "local[*]",
             "--checkpoint", os.path.join(args.out, "checkpoint"),
+            *(f"--webhook-url={name}={url}" for name, url in sorted(moved.items())),
         ])
         code = run.run(run_args)
+    finally:
+        receiver.stop()
     _summary_table(matches_out, received, receiver.rejected)
     return code
+
+
+def _start_receiver(secrets: tuple[str, ...], on_alert, port: int | None) -> WebhookReceiver:
+    """The receiver on ``port``; without one, on 8787 or, when that is busy, a free port.
+
+    Raises
+    ------
+    OSError
+        When the port asked for cannot be listened on.
+    """
+    try:
+        return WebhookReceiver(secrets, on_alert=on_alert,
+                               port=DEMO_PORT if port is None else port).start()
+    except OSError as err:
+        if port is not None:
+            raise
+        print(f"vigil demo: port {DEMO_PORT} is busy ({err.strerror}); the receiver takes a "
+              "free one", file=sys.stderr)
+        return WebhookReceiver(secrets, on_alert=on_alert, port=0).start()
+
+
+def _moved_webhooks(program, receiver_url: str) -> dict[str, str]:
+    """Webhook name -> its URL on the receiver, for each webhook declared on
+    127.0.0.1:8787 when the receiver listens elsewhere."""
+    receiver = urlsplit(receiver_url)
+    if receiver.port == DEMO_PORT:
+        return {}
+    moved = {}
+    for name, decl in program.webhooks.items():
+        declared = urlsplit(decl.url)
+        if (declared.hostname, declared.port) == ("127.0.0.1", DEMO_PORT):
+            moved[name] = urlunsplit(declared._replace(netloc=receiver.netloc))
+    return moved
 
 
 def _summary_table(path: str, received, rejected: int) -> None:

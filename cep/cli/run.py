@@ -136,6 +136,11 @@ def configure_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="do not deliver the program's `notify` alerts (a warning says what is skipped)",
     )
     parser.add_argument(
+        "--webhook-url", action="append", default=[], metavar="NAME=URL",
+        help="send the alerts of webhook NAME to URL instead of its declared url (a staging "
+        "or local receiver; its secrets stay as declared; repeatable)",
+    )
+    parser.add_argument(
         "--delivery-deadline", type=float, default=30.0, metavar="SECONDS",
         help="after the input ends, how long to keep delivering alerts (default 30); what is "
         "still pending stays in the outbox for `vigil alerts drain`",
@@ -235,6 +240,11 @@ def run(args: argparse.Namespace) -> int:
     if engine_name != "spark" and spark_only:
         print(f"vigil run: {', '.join(spark_only)} apply to --engine spark only; the embedded "
               "engine ignores them", file=sys.stderr)
+    try:
+        _check_webhook_urls(args, program)
+    except UsageError as err:
+        print(f"vigil run: {err}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         sink = _alert_sink(args, program, engine_name)
     except AlertError as err:
@@ -439,7 +449,7 @@ def _rerouted(sink: AlertSink | None, args: argparse.Namespace, program: Any) ->
         return None
     if sink is None:
         return _alert_sink(args, program, "embedded") if _notifying(program) else None
-    for message in sink.reroute(program):
+    for message in sink.reroute(_routed(program, args)):
         print(f"vigil run: warning: {message}: its alerts will not be delivered",
               file=sys.stderr)
     return sink
@@ -710,6 +720,7 @@ def _alert_sink(args: argparse.Namespace, program: Any, engine_name: str) -> Ale
         When a webhook cannot be set up (a secret not set).
     """
     notifying = _notifying(program)
+    program = _routed(program, args)
     if getattr(args, "no_alerts", False):
         if notifying:
             print(
@@ -733,6 +744,48 @@ def _alert_sink(args: argparse.Namespace, program: Any, engine_name: str) -> Ale
         print(f"vigil run: warning: {message}: its alerts will not be delivered", file=sys.stderr)
     sink.start_delivery()  # alerts leave as their matches are queued, not when input ends
     return sink
+
+
+def _webhook_urls(args: argparse.Namespace) -> dict[str, str]:
+    """``--webhook-url NAME=URL`` as NAME -> URL.
+
+    Raises
+    ------
+    UsageError
+        When a value is not NAME=URL.
+    """
+    urls: dict[str, str] = {}
+    for spec in getattr(args, "webhook_url", None) or ():
+        name, equals, url = spec.partition("=")
+        if not equals or not name or not url:
+            raise UsageError(f"--webhook-url {spec}: expected NAME=URL")
+        urls[name] = url
+    return urls
+
+
+def _check_webhook_urls(args: argparse.Namespace, program: Any) -> None:
+    """At the run's start, every ``--webhook-url`` names a declared webhook.
+
+    Raises
+    ------
+    UsageError
+        Naming the webhooks that are not declared, and those that are.
+    """
+    try:
+        program.with_webhook_urls(_webhook_urls(args))
+    except KeyError as err:
+        raise UsageError(f"--webhook-url: {err.args[0]}") from None
+
+
+def _routed(program: Any, args: argparse.Namespace) -> Any:
+    """The program alerts are routed by: its webhooks moved by ``--webhook-url`` (a name a
+    later registry version no longer declares is said and left out)."""
+    urls = _webhook_urls(args)
+    for name in sorted(set(urls) - set(program.webhooks)):
+        print(f"vigil run: warning: --webhook-url {name}: the program no longer declares "
+              "that webhook", file=sys.stderr)
+        del urls[name]
+    return program.with_webhook_urls(urls) if urls else program
 
 
 def _notifying(program: Any) -> list[str]:

@@ -139,3 +139,21 @@ def test_no_alerts_and_a_missing_secret_are_said(tmp_path, capsys, monkeypatch):
     # asked for explicitly, the outbox refuses to run without it
     assert _run(tmp_path, "--outbox", str(tmp_path / "o.sqlite")) == 1
     assert "which is not set" in capsys.readouterr().err
+
+
+def test_webhook_url_sends_a_webhook_elsewhere(tmp_path, secret, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TEST_FRAUD_SECRET", secret)
+    # declared on a port nothing listens on; the run sends to the receiver instead
+    (tmp_path / "r.vigil").write_text(RULES.format(url="http://127.0.0.1:9/hook"))
+    with WebhookReceiver((secret,)) as receiver:
+        assert _run(tmp_path, "--webhook-url", f"fraud={receiver.url}hook") == 0
+        assert "2 delivered" in capsys.readouterr().err
+        assert len(set(receiver.webhook_ids)) == 2 and receiver.rejected == 0
+    assert _run(tmp_path, "--webhook-url", "ops=http://127.0.0.1:9/") == 2
+    assert ("vigil run: --webhook-url: no webhook ops is declared (declared: fraud)"
+            in capsys.readouterr().err)
+    assert _run(tmp_path, "--webhook-url", "fraud") == 2
+    assert "--webhook-url fraud: expected NAME=URL" in capsys.readouterr().err
+    assert _run(tmp_path, "--webhook-url", "fraud=ftp://x/") == 1
+    assert "must be http(s)://host/" in capsys.readouterr().err
