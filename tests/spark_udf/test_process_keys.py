@@ -183,3 +183,48 @@ def test_idle_prev_states_alike_are_stored_once():
     engine.close()
     expected = sorted(m["match_id"] for m in engine.drain())
     assert got == expected and len(expected) == 20
+
+
+def test_events_that_only_wait_leave_the_rules_unread(monkeypatch):
+    """A key whose new events all wait for the watermark, with nothing buffered or due that it
+    passed, gets them added to its stored buffer without its rules being decoded or encoded:
+    the same state, timers and dead letters as the full path (``process``), and then the same
+    matches once the watermark releases them."""
+    program = STREAMS + (
+        "rule seq from ev by key pattern a b define a as kind == \"login\", "
+        "b as kind == \"purchase\" within 1h\n"
+        "rule rise from ev by key pattern a b contiguity strict\n"
+        "  define a as amount > 1, b as price > prev(price)\n"
+    )
+    specs, _ = processor_specs(program, lateness_ms=LATENESS_MS)
+    processor = specs[0].processor
+
+    def row(seq, kind, ts, **fields):
+        return {"stream": "ev", "id": seq, "key": "k", "kind": kind, "amount": 2.0,
+                "merchant": "m", "price": 1.0, "ts": ts, "_seq": seq, **fields}
+
+    waiting = processor.process(("k",), None, [row(0, "login", 10), row(1, "view", 20)], 0)
+    first = processor.process(("k",), waiting.state, [], 25)
+    assert processor.decode(first.state).rules and not processor.decode(first.state).pending
+    later = [row(2, "view", 50, price=3.0), row(3, "view", 40), row(4, "view", 5)]  # 5: late
+    full = processor.process(("k",), first.state, later, 35)
+
+    def unread(*_):
+        raise AssertionError("the rules were decoded")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(processor.runtime, "state_from_bytes", unread)
+        _, (fast,) = processor.process_keys([(("k",), first.state, later)], 35)
+    assert fast.next_timer_ms == full.next_timer_ms == [40]
+    assert fast.dead_letters == full.dead_letters and len(fast.dead_letters) == 1
+    assert processor.encode(processor.decode(fast.state)) == processor.encode(
+        processor.decode(full.state))
+    # once released, the buffered events run as if they had never waited
+    done = []
+    for state in (fast.state, full.state):
+        outputs, (result,) = processor.process_keys([(("k",), state, [row(5, "purchase", 60)])],
+                                                    55)
+        done.append(outputs + processor.process_keys([(("k",), result.state, [])],
+                                                     END_OF_INPUT)[0])
+    assert done[0] == done[1]
+    assert sorted(m["name"] for m in done[0]) == ["rise", "seq"]
