@@ -135,19 +135,14 @@ class KeyState:
 
     def next_timer_ms(self) -> int | None:
         """The earliest event time at which the key must be woken, or ``None``."""
-        due = self.rules_timer_ms()
-        if self.pending:
-            first = min(e.ts for e in self.pending)
-            return first if due is None else min(due, first)
-        return due
-
-    def rules_timer_ms(self) -> int | None:
-        """The earliest timer of the key's rules (its buffer aside), or ``None``."""
         rules = self.rules
-        return min((
+        times = [
             t for name in self.busy_rules()
             if (st := rules.get(name)) is not None and (t := st.next_timer_ms) is not None
-        ), default=None)
+        ]
+        if self.pending:
+            times.append(min(e.ts for e in self.pending))
+        return min(times) if times else None
 
     @property
     def is_empty(self) -> bool:
@@ -1127,25 +1122,11 @@ class RuleProcessor(KeyedProcessorBase):
         ``(ts, seq)`` order; the rest stay pending in the state. Returns the state, the
         released events, the dead letters and the watermark the key stands at."""
         ks = self.decode(state) if state else KeyState()
-        accepted, dead, watermark_ms = self._accept(ks.watermark, ks.max_ts, events,
-                                                    watermark_ms)
-        return (ks, self._released(ks, accepted, watermark_ms), dead, watermark_ms)
-
-    def _accept(
-        self,
-        key_watermark: int,
-        max_ts: dict[str, int],
-        events: Sequence[Mapping[str, Any]],
-        watermark_ms: int | None,
-    ) -> tuple[list[Event], list[dict[str, Any]], int]:
-        """A key's raw events validated against its watermark: the events accepted (``max_ts``
-        updated with them), the dead letters (bad and late) and the watermark the key moves
-        to."""
         dead: list[dict[str, Any]] = []
         accepted: list[Event] = []
         # Late: behind this key's last watermark, or behind the caller's (the watermark the
         # caller computed before these events arrived).
-        late_below = key_watermark if watermark_ms is None else max(key_watermark, watermark_ms)
+        late_below = ks.watermark if watermark_ms is None else max(ks.watermark, watermark_ms)
         for raw in events:
             event = validate_raw(raw, self.schemas, dead, "RuleProcessor")
             if event is None:
@@ -1155,17 +1136,12 @@ class RuleProcessor(KeyedProcessorBase):
                 dead.append(late_letter(event, late_below, raw, unit))
                 continue
             accepted.append(event)
-            seen = max_ts.get(event.stream)
+            seen = ks.max_ts.get(event.stream)
             if seen is None or event.ts > seen:
-                max_ts[event.stream] = event.ts
+                ks.max_ts[event.stream] = event.ts
         if watermark_ms is None:
-            watermark_ms = self._own_watermark(max_ts)
-        return accepted, dead, max(key_watermark, watermark_ms)
-
-    @staticmethod
-    def _released(ks: KeyState, accepted: list[Event], watermark_ms: int) -> list[Event]:
-        """The key's buffered and newly accepted events the watermark passed, in ``(ts, seq)``
-        order; the rest stay in its buffer."""
+            watermark_ms = self._own_watermark(ks)
+        watermark_ms = max(ks.watermark, watermark_ms)
         pending = sorted(ks.pending + accepted, key=_order)
         cut = len(pending)
         for i, event in enumerate(pending):
@@ -1173,58 +1149,7 @@ class RuleProcessor(KeyedProcessorBase):
                 cut = i
                 break
         ks.pending = pending[cut:]
-        return pending[:cut]
-
-    def _only_waiting(
-        self, state: bytes, events: Sequence[Mapping[str, Any]], watermark_ms: int
-    ) -> ProcessResult | tuple[KeyState, list[Event], list[dict[str, Any]], int]:
-        """A key whose new events all wait in its buffer (above the watermark), with nothing
-        buffered or due that the watermark passed: its result, the events added to the stored
-        buffer and the rules' bytes copied as they are, neither decoded nor encoded (on Spark
-        most keys of a micro-batch only receive events that wait). Otherwise what
-        :meth:`_admit` returns, the events validated once."""
-        (key_watermark, count), view = _CODEC.decode(state)
-        offset = 0
-        try:
-            for _ in range(count):
-                name_len, _, blob_len = _RULE_HEAD.unpack_from(view, offset)
-                offset += _RULE_HEAD.size + name_len + blob_len
-            (extra_len,) = _BLOB.unpack_from(view, offset)
-            body = json.loads(bytes(view[offset + _BLOB.size : offset + _BLOB.size + extra_len]))
-        except (struct.error, UnicodeDecodeError, ValueError) as exc:
-            raise StateError(f"corrupted key state: {exc}") from None
-        rest = view[offset + _BLOB.size + extra_len :]
-        max_ts = {str(k): int(v) for k, v in body["max_ts"].items()}
-        accepted, dead, watermark_ms = self._accept(key_watermark, max_ts, events, watermark_ms)
-        due = body.get("due", watermark_ms)  # a state written without it: read in full
-        waits = (
-            watermark_ms < END_OF_INPUT and (due is None or due > watermark_ms)
-            and "unseen" not in body
-            # a buffer kept under another program: its fresh rules are found in full
-            and (not rest or rest[_BLOB.size :] == self._rules_bytes)
-            and all(e.ts > watermark_ms for e in accepted)
-            and all(ts > watermark_ms for _, _, ts, _, _ in body["pending"])
-        )
-        if not waits:
-            ks = self.decode(state)
-            ks.max_ts = max_ts
-            return ks, self._released(ks, accepted, watermark_ms), dead, watermark_ms
-        pending = sorted(
-            [*body["pending"], *([e.id, e.stream, e.ts, e.seq, e.fields] for e in accepted)],
-            key=lambda row: (row[2], row[3]),
-        )
-        body["max_ts"] = max_ts
-        body["pending"] = pending
-        extra = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        parts = [view[:offset], _BLOB.pack(len(extra)), extra]
-        if pending:
-            parts += [_BLOB.pack(len(self._rules_bytes)), self._rules_bytes]
-        timers = [t for t in (due, pending[0][2] if pending else None) if t is not None]
-        return ProcessResult(
-            state=_CODEC.encode(b"".join(parts), watermark_ms, count),
-            dead_letters=dead,
-            next_timer_ms=[min(timers)] if timers else [],
-        )
+        return ks, pending[:cut], dead, watermark_ms
 
     def process_keys(
         self,
@@ -1241,27 +1166,18 @@ class RuleProcessor(KeyedProcessorBase):
         engine's rule index does: the matches are those of :meth:`process` called per key;
         what is saved is offering every event to every rule.
         """
-        admitted: list[Any] = []
+        admitted = []
         outputs: list[dict[str, Any]] = []
         everything: list[Event] = []
         for key, state, events in batch:
-            if state:
-                # Most keys of a micro-batch only receive events that wait for the watermark.
-                waited = self._only_waiting(state, events, watermark_ms)
-                if isinstance(waited, ProcessResult):
-                    admitted.append(waited)
-                    continue
-                ks, released, dead, wm = waited
-            else:
-                ks, released, dead, wm = self._admit(state, events, watermark_ms)
+            ks, released, dead, wm = self._admit(state, events, watermark_ms)
             admitted.append((key, ks, released, dead, wm))
             if not ks.unseen:
                 everything.extend(released)
         touches = iter(touches_of(self, everything))
         width = len(self.rules)
         jobs = []
-        keys = [entry for entry in admitted if not isinstance(entry, ProcessResult)]
-        for key, ks, released, _, _ in keys:
+        for key, ks, released, _, _ in admitted:
             if ks.unseen:
                 # Events from before a program edit that some rules must not see: row by row.
                 self._run_unseen(key, ks, released, outputs)
@@ -1270,11 +1186,7 @@ class RuleProcessor(KeyedProcessorBase):
         if jobs:
             self.run_indexed(jobs, outputs, range(width))
         results = []
-        for entry in admitted:
-            if isinstance(entry, ProcessResult):
-                results.append(entry)
-                continue
-            _, ks, _, dead, wm = entry
+        for _, ks, _, dead, wm in admitted:
             timers: list[dict[str, Any]] = []
             self.fire_timers(ks, wm, timers)
             outputs.extend(timers)
@@ -1336,9 +1248,6 @@ class RuleProcessor(KeyedProcessorBase):
         body: dict[str, Any] = {
             "max_ts": state.max_ts,
             "pending": [[e.id, e.stream, e.ts, e.seq, e.fields] for e in state.pending],
-            # The rules' earliest timer, so that events that only wait are added to the
-            # buffer without the rules being read (_only_waiting).
-            "due": state.rules_timer_ms(),
         }
         if idle:
             body["idle"] = [
@@ -1457,13 +1366,12 @@ class RuleProcessor(KeyedProcessorBase):
 
     # ------------------------------------------------------------------ helpers
 
-    def _own_watermark(self, max_ts: Mapping[str, int]) -> int:
-        """A key's watermark from the largest event time it has seen per stream."""
-        if not max_ts:
+    def _own_watermark(self, state: KeyState) -> int:
+        if not state.max_ts:
             return NO_WATERMARK
         return min(
             ts - (self.schemas[s].lateness_ms if s in self.schemas else 0)
-            for s, ts in max_ts.items()
+            for s, ts in state.max_ts.items()
         )
 
     def _result(
