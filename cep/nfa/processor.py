@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import struct
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import chain, groupby
 from typing import Any, Protocol
 
 from cep.events.event import (
@@ -27,7 +28,15 @@ from cep.events.event import (
 from cep.events.keyed import KeyedProcessorBase, ProcessResult, late_letter, validate_raw
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from cep.nfa import runtime, strict
-from cep.nfa.state import history_only, twin, twins, unshared, with_history
+from cep.nfa.state import (
+    RuleState,
+    history_only,
+    shared_runs,
+    twin,
+    twins,
+    unshared,
+    with_history,
+)
 from cep.nfa.touches import advance_class
 from cep.nfa.touches import event_touches as touches_of
 from query_lang import ast
@@ -47,9 +56,19 @@ __all__ = [
 NOT_REGISTERED = object()
 """Mask value for a rule that was registered after the event arrived: the rule skips it."""
 
-_CODEC = StateCodec(b"VGKS", 1, fields="qI", name="key state", error=StateError)
-"""Magic, format version, the key's watermark and its number of rules, then the body."""
+_CODEC = StateCodec(b"VGKS", 2, fields="qI", name="key state", error=StateError)
+"""Magic, format version, the key's watermark and its number of rule entries, then the body.
+Version 2 stores a rule state equal to the one before it (a :func:`~cep.nfa.state.twin`) as
+a reference; version 1 (every state whole) is still read."""
+_CODEC_V1 = StateCodec(b"VGKS", 1, fields="qI", name="key state", error=StateError)
 _RULE_HEAD = struct.Struct("<HII")
+"""A rule entry: its name's length, its version and its state's length in bytes, or
+:data:`_TWIN`; then the name and the state (or the fingerprint the twin was written under)."""
+_TWIN = 0xFFFFFFFF
+_IDLE_PLANS = 1024
+"""Idle-row plans a processor keeps (:meth:`RuleProcessor._idle_plan`), forgotten all at once
+when full."""
+_FINGERPRINT = 8
 _BLOB = struct.Struct("<I")
 
 
@@ -126,6 +145,7 @@ class KeyState:
     unseen: dict[int, frozenset[str]] = field(default_factory=dict)
     busy: dict[str, None] | None = field(default=None, compare=False, repr=False)
     unique: dict[str, OrderedDict[str, int]] = field(default_factory=dict)
+    groups: list[tuple[Any, _Group]] = field(default_factory=list, compare=False, repr=False)
 
     def busy_rules(self) -> dict[str, None]:
         """:attr:`busy` (an ordered set), computed when not known."""
@@ -295,6 +315,18 @@ class RuleProcessor(KeyedProcessorBase):
                 if lead != i:
                     self._lead[i] = lead
         self._leads = frozenset(self._lead.values())
+        #: Scanned rule index -> what, besides its conditions' bits, decides where its scan
+        #: leaves a state (strict transitions, window, caps, skip, history), when another
+        #: rule shares it: on a key where such rules start from equal states and get equal
+        #: bits, the first one's scan stands for the others' unless it reports a match.
+        follows = {
+            i: (strict.transitions_signature(self.rules[i]), self.rules[i].within_ms,
+                self.rules[i].partials, self.rules[i].skip, self.rules[i].skip_var,
+                self.rules[i].prev_depth, frozenset(self.rules[i].streams))
+            for i in self._fast
+        }
+        alike = Counter(follows.values())
+        self._follow_sig = {i: sig for i, sig in follows.items() if alike[sig] > 1}
         self._rule_by_name = {rule.name: rule for rule in self.rules}
         self._versions = {rule.name: rule.version for rule in self.rules}
         # The rules and their versions, as a key's state records them beside pending events.
@@ -308,6 +340,8 @@ class RuleProcessor(KeyedProcessorBase):
         #: Matches not reported because of the rule's ``unique`` (per rule name).
         self.suppressed: Counter[str] = suppressed if suppressed is not None else Counter()
         self.touched = 0
+        #: Members list of an idle row -> :meth:`_idle_plan`'s plan for it.
+        self._idle_plans: dict[tuple, _IdlePlan] = {}
         """(rule, event) pairs looked at so far: per event, the rules offered it one by one,
         and the events a scan ran (what a rule index saves shows here)."""
 
@@ -700,6 +734,7 @@ class RuleProcessor(KeyedProcessorBase):
                 continue
             wanted.compute(rule, columns)
             isig = self._idle_sig.get(index)
+            follow_sig = self._follow_sig
             for ks, st, events, source, cut, shared in work:
                 if shared is None:
                     key_bits = wanted.bits(source, cut)
@@ -730,7 +765,21 @@ class RuleProcessor(KeyedProcessorBase):
                     events = ks.everything[cut:]
                     key_bits = found[cut:]
                 state = ks.state
-                found = strict.process_events(rule, st, events, key_bits)
+                fsig = follow_sig.get(index)
+                start = None if fsig is None else _plain(st)
+                ended = None if start is None else _ended_alike(ks, fsig, start, st, events,
+                                                                key_bits)
+                if ended is not None:
+                    # A rule alike left an equal state over these events with these bits
+                    # and reported nothing: this one ends where it did.
+                    st = ks.held[name] = twin(rule, ended)
+                    found = []
+                else:
+                    found = strict.process_events(rule, st, events, key_bits)
+                    if start is not None and not found and _plain(st) is not None:
+                        ks.ended.setdefault(fsig, []).append(
+                            (start, events, key_bits, st)
+                        )
                 waiting = ks.deferred.pop(index, None)
                 if waiting:
                     if found or st._runs or st.cohorts or st.held or st.absences:
@@ -1217,34 +1266,63 @@ class RuleProcessor(KeyedProcessorBase):
         versions = self._versions
         # A shared state's members list, once found: its other rules join it directly.
         joined: dict[int, list[Any]] = {}
-        for name, st in state.rules.items():
+        rules = state.rules
+        if state.groups:
+            # Shared states still held by the rules they were read with, and no other: their
+            # members lists as read.
+            values = list(rules.values())
+            for st, group in state.groups:
+                if st.shared and group.holds(rules, values, st):
+                    joined[id(st)] = members = list(group.members)
+                    row = history_only(st)
+                    if row is None:
+                        raise ValueError("a shared rule state holds more than a prev history")
+                    self._idle_member(idle, row, st.history, members)
+        # States whose strict runs are shared (twins), by the runs object.
+        twins_of: dict[int, list[tuple[str, Any]]] = {}
+        known = len(joined)
+        known_ids = set(joined)
+        for name, st in rules.items():
             shared = st.__class__ is runtime.RuleState and st.shared
             if shared:
                 members = joined.get(id(st))
                 if members is not None:
+                    if known and id(st) in known_ids:
+                        continue  # stored with its group
                     members.append(name)
                     members.append(versions[name])
                     continue
             row = history_only(st)
             if row is not None:
-                alike = idle.setdefault(row, [])
-                for history, members in alike:
-                    if history is st.history or history == st.history:
-                        members.append(name)
-                        members.append(versions[name])
-                        break
-                else:
-                    members = [name, versions[name]]
-                    alike.append((st.history, members))
+                members = self._idle_member(idle, row, st.history, [name, versions[name]])
                 if shared:
                     joined[id(st)] = members
                 continue
+            if st.__class__ is runtime.RuleState and st.lazy_runs is not None:
+                # Runs shared with twins (rules alike that got equal bits): stored once.
+                twins_of.setdefault(id(st.lazy_runs), []).append((name, st))
+                continue
             stored += 1
-            blob = st.to_bytes()
-            encoded = name.encode("utf-8")
-            parts.append(_RULE_HEAD.pack(len(encoded), self._rule_by_name[name].version, len(blob)))
-            parts.append(encoded)
-            parts.append(blob)
+            self._put_state(parts, name, st.to_bytes())
+        for group in twins_of.values():
+            first = group[0][1]
+            alike = [(n, st) for n, st in group[1:] if twins(first, st)]
+            apart = [group[0]]
+            if len(alike) < len(group) - 1:
+                taken = {n for n, _ in alike}
+                apart += [(n, st) for n, st in group[1:] if n not in taken]
+            for name, st in apart:
+                stored += 1
+                self._put_state(parts, name, st.to_bytes())
+                if st is first:
+                    for other, twin_state in alike:
+                        stored += 1
+                        encoded = other.encode("utf-8")
+                        parts.append(_RULE_HEAD.pack(
+                            len(encoded), self._rule_by_name[other].version, _TWIN
+                        ))
+                        parts.append(encoded)
+                        parts.append(twin_state.fingerprint)
         body: dict[str, Any] = {
             "max_ts": state.max_ts,
             "pending": [[e.id, e.stream, e.ts, e.seq, e.fields] for e in state.pending],
@@ -1275,6 +1353,27 @@ class RuleProcessor(KeyedProcessorBase):
             parts.append(self._rules_bytes)
         return _CODEC.encode(b"".join(parts), state.watermark, stored)
 
+    @staticmethod
+    def _idle_member(idle: dict[tuple, list[tuple[list, list[Any]]]], row: tuple,
+                     history: list, members: list[Any]) -> list[Any]:
+        """Add ``members`` (name, version, ...) to the idle row of ``row`` and ``history``
+        (:meth:`encode`'s rows: equal counters and histories stored once); returns the
+        row's members list."""
+        alike = idle.setdefault(row, [])
+        for seen, others in alike:
+            if seen is history or seen == history:
+                others.extend(members)
+                return others
+        alike.append((history, members))
+        return members
+
+    def _put_state(self, parts: list[bytes], name: str, blob: bytes) -> None:
+        """Append a rule entry holding the rule's whole state bytes."""
+        encoded = name.encode("utf-8")
+        parts.append(_RULE_HEAD.pack(len(encoded), self._rule_by_name[name].version, len(blob)))
+        parts.append(encoded)
+        parts.append(blob)
+
     def decode(self, data: bytes) -> KeyState:
         """Inverse of :meth:`encode`. State of rules no longer served (or whose version changed)
         is dropped, so redeploying a changed rule starts it afresh.
@@ -1284,23 +1383,50 @@ class RuleProcessor(KeyedProcessorBase):
         StateError
             When the bytes are not a key state of a known format version.
         """
-        (watermark, count), view = _CODEC.decode(data)
+        version1 = bytes(data[:5]) == b"VGKS\1"
+        (watermark, count), view = (_CODEC_V1 if version1 else _CODEC).decode(data)
         offset = 0
         ks = KeyState(watermark=watermark)
         stored_names = []
+        # The last whole state read, and the state decoded from it (its twins copy it).
+        blob = b""
+        whole = None
         try:
             for _ in range(count):
                 name_len, rule_version, blob_len = _RULE_HEAD.unpack_from(view, offset)
                 offset += _RULE_HEAD.size
                 name = bytes(view[offset : offset + name_len]).decode("utf-8")
                 offset += name_len
+                rule = self._rule_by_name.get(name)
+                served = rule is not None and rule.version == rule_version
+                if blob_len == _TWIN and not version1:
+                    fingerprint = bytes(view[offset : offset + _FINGERPRINT])
+                    offset += _FINGERPRINT
+                    if len(fingerprint) != _FINGERPRINT or not blob:
+                        raise StateError(f"key state has a malformed entry for rule '{name}'")
+                    if served:
+                        if whole is None:
+                            # The state it is a twin of belongs to a rule no longer served.
+                            whole = ks.rules[name] = shared_runs(RuleState.from_bytes(
+                                blob, rule, fingerprint=fingerprint
+                            ))
+                        elif fingerprint != rule.fingerprint:
+                            raise StateError(
+                                f"rule state was written by a different compilation of rule "
+                                f"{name} (its pattern, variables, version or window changed); "
+                                "start the key from a fresh state"
+                            )
+                        else:
+                            ks.rules[name] = twin(rule, shared_runs(whole))
+                        stored_names.append(name)
+                    continue
                 blob = bytes(view[offset : offset + blob_len])
                 if len(blob) != blob_len:
                     raise StateError(f"key state truncated inside the state of rule '{name}'")
                 offset += blob_len
-                rule = self._rule_by_name.get(name)
-                if rule is not None and rule.version == rule_version:
-                    ks.rules[name] = self.runtime.state_from_bytes(blob, rule)
+                whole = None
+                if served:
+                    whole = ks.rules[name] = self.runtime.state_from_bytes(blob, rule)
                     stored_names.append(name)
             (extra_len,) = _BLOB.unpack_from(view, offset)
             offset += _BLOB.size
@@ -1323,24 +1449,16 @@ class RuleProcessor(KeyedProcessorBase):
             if isinstance(exc, StateError):
                 raise
             raise StateError(f"corrupted key state: {exc}") from None
-        share_by_name = self._share_by_name
+        rules = ks.rules
         for *row, history, members in extra.get("idle", ()):
-            made: dict[tuple, Any] = {}
-            for position in range(0, len(members), 2):
-                name, rule_version = members[position], members[position + 1]
-                rule = self._rule_by_name.get(name)
-                if rule is None or rule.version != rule_version:
-                    continue
-                sig = share_by_name.get(name)
-                st = None if sig is None else made.get(sig)
-                if st is None:
-                    st = with_history(rule, row, history)
-                    if sig is not None:
-                        made[sig] = st
-                else:
+            plan = self._idle_plan(members)
+            made = [with_history(rule, row, history) for rule, _ in plan.makers]
+            for st, (_, group) in zip(made, plan.makers, strict=True):
+                if group is not None:
                     # Scanned rules alike hold one state until one of them leaves it.
                     st.shared = True
-                ks.rules[name] = st
+                    ks.groups.append((st, group))
+            rules.update(zip(plan.names, map(made.__getitem__, plan.slots), strict=True))
         # Only a state stored whole can be busy (the idle rows hold histories alone).
         ks.busy = {name: None for name in stored_names if not _idle(ks.rules[name])}
         ks.max_ts = {str(k): int(v) for k, v in extra["max_ts"].items()}
@@ -1364,6 +1482,44 @@ class RuleProcessor(KeyedProcessorBase):
                     ks.unseen[event.seq] = names
         return ks
 
+    def _idle_plan(self, members: list[Any]) -> _IdlePlan:
+        """How :meth:`decode` rebuilds an idle row's rules from its members list (name,
+        version, name, version, ...); keys alike store the same lists, so the plans are
+        kept (a bounded number of them)."""
+        cache = self._idle_plans
+        token = tuple(members)
+        plan = cache.get(token)
+        if plan is not None:
+            return plan
+        names: list[str] = []
+        slots: list[int] = []
+        makers: list[tuple[Any, list[str]]] = []
+        by_sig: dict[tuple, int] = {}
+        for position in range(0, len(members), 2):
+            name, rule_version = members[position], members[position + 1]
+            rule = self._rule_by_name.get(name)
+            if rule is None or rule.version != rule_version:
+                continue
+            sig = self._share_by_name.get(name)
+            slot = None if sig is None else by_sig.get(sig)
+            if slot is None:
+                slot = len(makers)
+                makers.append((rule, []))
+                if sig is not None:
+                    by_sig[sig] = slot
+            makers[slot][1].append(name)
+            names.append(name)
+            slots.append(slot)
+        plan = _IdlePlan(
+            tuple(names), tuple(slots),
+            tuple((rule, _Group(self, group) if len(group) > 1 else None)
+                  for rule, group in makers),
+        )
+        if len(cache) >= _IDLE_PLANS:
+            cache.clear()
+        cache[token] = plan
+        return plan
+
     # ------------------------------------------------------------------ helpers
 
     def _own_watermark(self, state: KeyState) -> int:
@@ -1384,6 +1540,43 @@ class RuleProcessor(KeyedProcessorBase):
             dead_letters=dead,
             next_timer_ms=[] if due is None else [due],
         )
+
+
+class _Group:
+    """Rules sharing one idle state as a key's state was read (:attr:`KeyState.groups`):
+    their names, their members list as stored, and how to look their states up at once; a
+    state written back with the same rules and no other stores that list again without a
+    step per rule."""
+
+    __slots__ = ("names", "members", "lookup")
+
+    def __init__(self, processor: RuleProcessor, names: list[str]) -> None:
+        self.names = tuple(names)
+        versions = processor._versions
+        self.members = list(chain.from_iterable((name, versions[name]) for name in names))
+        self.lookup = operator.itemgetter(*names)
+
+    def holds(self, rules: dict[str, Any], values: list[Any], st: Any) -> bool:
+        """Whether ``st`` is the state of exactly these rules in ``rules`` (whose values are
+        ``values``)."""
+        try:
+            found = self.lookup(rules)
+        except KeyError:
+            return False
+        n = len(self.names)
+        return found.count(st) == n and values.count(st) == n
+
+
+@dataclass(frozen=True)
+class _IdlePlan:
+    """:meth:`RuleProcessor._idle_plan`: the names still served at their stored version, in
+    order; per name the index of the state it gets; per state the rule it is made for (the
+    first of its names) and, when several scanned rules alike share it, their
+    :class:`_Group` (any other rule gets a state of its own)."""
+
+    names: tuple[str, ...]
+    slots: tuple[int, ...]
+    makers: tuple[tuple[Any, _Group | None], ...]
 
 
 class _BitsWanted:
@@ -1429,6 +1622,7 @@ class _KeyScan:
     __slots__ = (
         "key", "state", "held", "items", "firsts", "everything", "present", "width",
         "last_ts", "tails", "moved", "made", "newest", "before", "bits", "quiet", "deferred",
+        "ended",
     )
 
     def __init__(self, key: tuple, state: KeyState, items: Sequence[Any], firsts: dict) -> None:
@@ -1458,6 +1652,9 @@ class _KeyScan:
         self.quiet: dict[tuple, bool] = {}
         #: Lead rule index -> the rules alike whose scan waits for the lead's (see _visits).
         self.deferred: dict[int, list[int]] = {}
+        #: Follow signature -> per scan run on the key that reported nothing: its start
+        #: (:func:`_plain`), events, bits and the state it left (see _ended_alike).
+        self.ended: dict[tuple, list[tuple]] = {}
 
     def tail(self, depth: int) -> list:
         """The history every idle rule of ``depth`` reading all the key's events ends with:
@@ -1525,6 +1722,31 @@ def _first(pattern: Any) -> tuple[set[str], bool]:
         found, nullable = _first(pattern.inner)
         return found, nullable or pattern.min == 0
     return set(), True
+
+
+def _plain(st: Any) -> tuple | None:
+    """What a scanned rule's state holding only counters, a ``prev`` history and runs in
+    shared form (:attr:`RuleState.lazy_runs`, or none) starts a scan from: its runs (the
+    object, compared by identity), counters and history; None for any other state."""
+    if st.cohorts or st.held or st.absences or st._runs or st.shared:
+        return None
+    return (st.lazy_runs, st.key, st.pos, st.watermark, st.resume, st.dropped_partials,
+            st.born, st.held_ids, st.last_ts, st.events_seen, st.history)
+
+
+def _ended_alike(ks: _KeyScan, sig: tuple, start: tuple, st: Any, events: Sequence[Any],
+                 bits: Sequence[int]) -> Any:
+    """The state a scan of a rule with follow signature ``sig`` left on ``ks``'s key from a
+    start equal to ``start`` over the same events with the same bits, reporting nothing; or
+    None. The strict transitions, window, caps and skip being equal, such a scan leaves an
+    equal state (see :func:`cep.nfa.state.twin`)."""
+    for before, seen, seen_bits, ended in ks.ended.get(sig, ()):
+        if (
+            before[0] is start[0] and before[1:] == start[1:] and seen_bits == bits
+            and len(seen) == len(events) and all(map(operator.is_, seen, events))
+        ):
+            return ended
+    return None
 
 
 def _idle(st: Any) -> bool:

@@ -20,7 +20,10 @@ from cep.nfa.compiler import CompiledRule
 from cep.nfa.errors import StateFormatError
 from sketches.codec import StateCodec
 
-__all__ = ["RuleState", "history_only", "new_state", "settle", "unshared", "with_history"]
+__all__ = [
+    "RuleState", "SharedRuns", "history_only", "new_state", "settle", "shared_runs", "twin",
+    "twins", "unshared", "with_history",
+]
 
 _FRAME = dict(
     fields="8s",
@@ -540,15 +543,19 @@ class RuleState:
         return _encode(self)
 
     @classmethod
-    def from_bytes(cls, data: bytes, rule: CompiledRule) -> RuleState:
-        """Decode :meth:`to_bytes` output for ``rule``.
+    def from_bytes(
+        cls, data: bytes, rule: CompiledRule, *, fingerprint: bytes | None = None
+    ) -> RuleState:
+        """Decode :meth:`to_bytes` output for ``rule``. ``fingerprint``: the one the state
+        was written under, when the bytes are a :func:`twin`'s of another rule (stored once
+        for the twins of a key, see :meth:`cep.nfa.processor.RuleProcessor.encode`).
 
         Raises
         ------
         StateFormatError
             When the bytes are corrupt, of an unknown format version, or of another rule.
         """
-        return _decode(data, rule)
+        return _decode(data, rule, fingerprint)
 
 
 def new_state(rule: CompiledRule, key: tuple | None = None) -> RuleState:
@@ -636,6 +643,32 @@ def twin(rule: CompiledRule, state: RuleState) -> RuleState:
     return out
 
 
+class SharedRuns:
+    """Strict runs several twin states hold as one (:attr:`RuleState.lazy_runs`), as read
+    back from their stored bytes: no call changes them in place; a state that needs its own
+    (:attr:`RuleState.runs`) gets a copy."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, runs: list[_StrictRun]) -> None:
+        self.runs = runs
+
+    def concrete(self) -> list[_StrictRun]:
+        return [
+            _StrictRun(r.start_pos, r.start_ts, list(r.entries), r.best, r.best_end, r.born)
+            for r in self.runs
+        ]
+
+
+def shared_runs(state: RuleState) -> RuleState:
+    """``state`` (just decoded, holding nothing but counters, a history and strict runs) with
+    its runs in the form its :func:`twin` copies share."""
+    if state._runs:
+        state.lazy_runs = SharedRuns(state._runs)
+        state._runs = []
+    return state
+
+
 def twins(a: RuleState, b: RuleState) -> bool:
     """Whether two states that :func:`twin` may copy are equal: the same abstract runs (one
     object) and equal counters and history."""
@@ -704,7 +737,8 @@ def _encode(state: RuleState) -> bytes:
         "s": [
             [r.start_pos, r.start_ts, ref(r.best), r.best_end, r.born,
              [[e[0], ref(e[1]), sorted(e[2])] for e in r.entries]]
-            for r in state.runs
+            # Runs shared with twins are built for the bytes, and left shared.
+            for r in (state._runs if state.lazy_runs is None else state.lazy_runs.concrete())
         ],
         "hist": list(state.history),
     }
@@ -742,11 +776,11 @@ def _num_in(value: Any) -> float | None:
     return value
 
 
-def _decode(data: bytes, rule: CompiledRule) -> RuleState:
+def _decode(data: bytes, rule: CompiledRule, written: bytes | None = None) -> RuleState:
     version1 = isinstance(data, bytes | bytearray | memoryview) and bytes(data[:5]) == b"VGRS\1"
     codec = _CODEC_V1 if version1 else _CODEC
     (fingerprint,), payload = codec.decode(data, context=f"rule {rule.name}")
-    if fingerprint != rule.fingerprint:
+    if (fingerprint if written is None else written) != rule.fingerprint:
         raise StateFormatError(
             f"rule state was written by a different compilation of rule {rule.name} (its "
             "pattern, variables, version or window changed); start the key from a fresh state"

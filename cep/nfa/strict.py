@@ -75,6 +75,13 @@ def idle_signature(rule: Any) -> tuple | None:
     return (bits, _strict_table(rule), rule.max_partials)
 
 
+def transitions_signature(rule: Any) -> tuple:
+    """What decides how :func:`process_events` moves a rule's runs on given bits: its strict
+    transition table (which its automaton is built from) and its partials cap. Rules with
+    equal ones (and equal windows, skip and history) leave equal states for equal bits."""
+    return (_strict_table(rule), rule.max_partials)
+
+
 def bits_signature(rule: Any) -> tuple | None:
     """What decides a rule's :func:`condition_bits`: per variable its stream and condition
     text, and the streams whose events make its ``prev`` history. Rules of one processor
@@ -646,10 +653,11 @@ def process_events(
         first = events[0]
         state.key = tuple(first.fields.get(f) for f in rule.key_fields.get(first.stream, ()))
     lazy = state.lazy_runs
-    if lazy is not None:
+    if type(lazy) is _LazyRuns:
         runs = [_carry(r, lazy) for r in lazy.runs]
     else:
-        runs = [_abstract(auto, r, 0) for r in state.runs]
+        # Runs of the state's own, or shared with its twins as stored (read, not changed).
+        runs = [_abstract(auto, r, 0) for r in (state._runs if lazy is None else lazy.runs)]
     state.runs = []
     last_ts = state.last_ts
     watermark = state.watermark

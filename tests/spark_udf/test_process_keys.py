@@ -183,3 +183,89 @@ def test_idle_prev_states_alike_are_stored_once():
     engine.close()
     expected = sorted(m["match_id"] for m in engine.drain())
     assert got == expected and len(expected) == 20
+
+
+def _strict_rules(names, rise: int = 1) -> str:
+    """Strict rules alike but for their thresholds (so no rule leads another's scan)."""
+    return STREAMS + "\n".join(
+        f"rule {name} from ev by key pattern a b contiguity strict\n"
+        f"  define a as amount > {100 + int(name[1:])}, b as price > prev(price) + {rise}\n"
+        for name in names
+    )
+
+
+def _rows(n: int = 30) -> list[dict]:
+    rows = [{"stream": "ev", "id": i, "key": "k", "kind": "login", "amount": 1.0,
+             "merchant": "m", "price": float(i % 3), "ts": i} for i in range(n)]
+    rows[14]["amount"] = 500.0  # a: starts a run in every rule, left alive by the batch
+    rows[15]["price"] = 0.0  # b fails for every rule alike: the runs end, nothing found
+    rows[20]["amount"] = 500.0
+    rows[21]["price"] = 9.0  # a rise: every rule matches
+    return [dict(row, _seq=i) for i, row in enumerate(rows)]
+
+
+def test_strict_states_alike_are_stored_once_and_scanned_once(monkeypatch):
+    """Twenty strict rules that differ only in a threshold each hold a live run after an event
+    above every threshold. The scan that starts them runs once: the others take its result,
+    the bits being equal. The key's state stores that run once (a whole state and nineteen
+    references); decoded, the rules share the runs; on the next micro-batch the event that
+    ends the runs is scanned once again, and the rise later is found by each rule, as the
+    embedded engine finds it."""
+    from cep.nfa import state as state_module
+    from cep.nfa import strict
+
+    names = [f"p{i}" for i in range(20)]
+    program = _strict_rules(names)
+    rows = _rows()
+    specs, _ = processor_specs(program, lateness_ms=LATENESS_MS)
+    processor = specs[0].processor
+    one = processor_specs(_strict_rules(["p0"]), lateness_ms=LATENESS_MS)[0][0].processor
+    scans = []
+    real = strict.process_events
+
+    def counted(rule, st, events, bits, times=None):
+        scans.append(rule.name)
+        return real(rule, st, events, bits, times)
+
+    monkeypatch.setattr(strict, "process_events", counted)
+    _, results = processor.process_keys([(("k",), None, rows[:15])], 14)
+    _, alone = one.process_keys([(("k",), None, rows[:15])], 14)
+    assert scans == ["p0", "p0"]  # p0 of the twenty and p0 alone: the nineteen followed
+    state = results[0].state
+    assert len(state) < 2 * len(alone[0].state)
+    decoded = processor.decode(state)
+    assert sorted(decoded.rules) == sorted(names)
+    runs = {id(st.lazy_runs) for st in decoded.rules.values()}
+    assert len(runs) == 1
+    assert isinstance(decoded.rules["p7"].lazy_runs, state_module.SharedRuns)
+    assert processor.encode(decoded) == state
+    assert all(st.partial_count == 1 for st in decoded.rules.values())
+
+    scans.clear()
+    outputs, results = processor.process_keys([(("k",), state, rows[15:20])], 19)
+    assert outputs == [] and scans == ["p0"]
+    assert len({id(st) for st in processor.decode(results[0].state).rules.values()}) == 1
+
+    got = run(program, rows, [15, 20], together=True)[0]
+    engine = Engine()
+    engine.register(program)
+    engine.feed_batch(pd.DataFrame(rows))
+    engine.close()
+    expected = sorted(m["match_id"] for m in engine.drain())
+    assert got == expected and len(expected) == 20
+
+
+def test_twins_survive_the_rule_their_state_was_stored_with():
+    """A program edit removes the rule whose state the others' references point to: the
+    others keep their live runs, and find the rise as they would have."""
+    names = [f"p{i}" for i in range(6)]
+    rows = _rows()
+    before = processor_specs(_strict_rules(names), lateness_ms=LATENESS_MS)[0][0].processor
+    _, results = before.process_keys([(("k",), None, rows[:21])], 20)
+    after = processor_specs(_strict_rules(names[1:]), lateness_ms=LATENESS_MS)[0][0].processor
+    decoded = after.decode(results[0].state)
+    assert sorted(decoded.rules) == names[1:]
+    assert all(st.partial_count == 1 for st in decoded.rules.values())
+    outputs, results = after.process_keys([(("k",), results[0].state, rows[21:])], 20)
+    more, _ = after.process_keys([(("k",), results[0].state, [])], END_OF_INPUT)
+    assert sorted(m["name"] for m in outputs + more) == names[1:]
