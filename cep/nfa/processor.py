@@ -59,7 +59,8 @@ NOT_REGISTERED = object()
 _CODEC = StateCodec(b"VGKS", 2, fields="qI", name="key state", error=StateError)
 """Magic, format version, the key's watermark and its number of rule entries, then the body.
 Version 2 stores a rule state equal to the one before it (a :func:`~cep.nfa.state.twin`) as
-a reference; version 1 (every state whole) is still read."""
+a reference, and each idle row's members list as a blob after the body; version 1 (every
+state whole, the members inside the body) is still read."""
 _CODEC_V1 = StateCodec(b"VGKS", 1, fields="qI", name="key state", error=StateError)
 _RULE_HEAD = struct.Struct("<HII")
 """A rule entry: its name's length, its version and its state's length in bytes, or
@@ -341,7 +342,7 @@ class RuleProcessor(KeyedProcessorBase):
         self.suppressed: Counter[str] = suppressed if suppressed is not None else Counter()
         self.touched = 0
         #: Members list of an idle row -> :meth:`_idle_plan`'s plan for it.
-        self._idle_plans: dict[tuple, _IdlePlan] = {}
+        self._idle_plans: dict[tuple | bytes, _IdlePlan] = {}
         """(rule, event) pairs looked at so far: per event, the rules offered it one by one,
         and the events a scan ran (what a rule index saves shows here)."""
 
@@ -1261,7 +1262,7 @@ class RuleProcessor(KeyedProcessorBase):
         parts = []
         # Idle `prev` states alike (the same counters and history, as a key's rules that saw
         # the same events have) are stored once, with the rules sharing them.
-        idle: dict[tuple, list[tuple[list, list[Any]]]] = {}
+        idle: dict[tuple, list[list[Any]]] = {}
         stored = 0
         versions = self._versions
         # A shared state's members list, once found: its other rules join it directly.
@@ -1277,18 +1278,19 @@ class RuleProcessor(KeyedProcessorBase):
                     row = history_only(st)
                     if row is None:
                         raise ValueError("a shared rule state holds more than a prev history")
-                    self._idle_member(idle, row, st.history, members)
+                    self._idle_member(idle, row, st.history, members, group.raw)
         # States whose strict runs are shared (twins), by the runs object.
         twins_of: dict[int, list[tuple[str, Any]]] = {}
-        known = len(joined)
-        known_ids = set(joined)
-        for name, st in rules.items():
+        items: Iterable[tuple[str, Any]] = rules.items()
+        if joined:
+            # The rules of the groups stored already are left out in one pass.
+            stored_with = set(joined)
+            items = [(n, st) for n, st in items if id(st) not in stored_with]
+        for name, st in items:
             shared = st.__class__ is runtime.RuleState and st.shared
             if shared:
                 members = joined.get(id(st))
                 if members is not None:
-                    if known and id(st) in known_ids:
-                        continue  # stored with its group
                     members.append(name)
                     members.append(versions[name])
                     continue
@@ -1327,11 +1329,9 @@ class RuleProcessor(KeyedProcessorBase):
             "max_ts": state.max_ts,
             "pending": [[e.id, e.stream, e.ts, e.seq, e.fields] for e in state.pending],
         }
-        if idle:
-            body["idle"] = [
-                [*row, history, members]
-                for row, alike in idle.items() for history, members in alike
-            ]
+        rows = [(row, *entry) for row, alike in idle.items() for entry in alike]
+        if rows:
+            body["idle"] = [[*row, history] for row, history, _, _ in rows]
         if state.unique:
             body["unique"] = [
                 [name, self._rule_by_name[name].version, list(seen.items())]
@@ -1345,6 +1345,13 @@ class RuleProcessor(KeyedProcessorBase):
         extra = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         parts.append(_BLOB.pack(len(extra)))
         parts.append(extra)
+        for _, _, members, raw in rows:
+            # Each idle row's members list (name, version, ...) as a blob of its own: read
+            # back as bytes, a list seen before is not parsed again (see _idle_plan).
+            if raw is None:
+                raw = json.dumps(members, separators=(",", ":"), ensure_ascii=False).encode()
+            parts.append(_BLOB.pack(len(raw)))
+            parts.append(raw)
         if state.pending:
             # Which rules saw the pending events buffered (a later program's fresh rules must
             # not; see KeyState.unseen): the processor's list as a blob of its own, encoded
@@ -1354,17 +1361,19 @@ class RuleProcessor(KeyedProcessorBase):
         return _CODEC.encode(b"".join(parts), state.watermark, stored)
 
     @staticmethod
-    def _idle_member(idle: dict[tuple, list[tuple[list, list[Any]]]], row: tuple,
-                     history: list, members: list[Any]) -> list[Any]:
+    def _idle_member(idle: dict[tuple, list[list[Any]]], row: tuple, history: list,
+                     members: list[Any], raw: bytes | None = None) -> list[Any]:
         """Add ``members`` (name, version, ...) to the idle row of ``row`` and ``history``
         (:meth:`encode`'s rows: equal counters and histories stored once); returns the
-        row's members list."""
+        row's members list. ``raw``: those members' list as stored, when it is all of them."""
         alike = idle.setdefault(row, [])
-        for seen, others in alike:
+        for entry in alike:
+            seen, others, _ = entry
             if seen is history or seen == history:
                 others.extend(members)
+                entry[2] = None
                 return others
-        alike.append((history, members))
+        alike.append([history, members, raw])
         return members
 
     def _put_state(self, parts: list[bytes], name: str, blob: bytes) -> None:
@@ -1435,6 +1444,19 @@ class RuleProcessor(KeyedProcessorBase):
             if len(extra_bytes) != extra_len:
                 raise StateError("key state has a wrong length")
             extra = json.loads(extra_bytes)
+            idle = extra.get("idle", ())
+            if version1:
+                rows = [(entry[:-1], entry[-1], None) for entry in idle]
+            else:
+                rows = []
+                for entry in idle:  # each row's members list follows, as a blob
+                    (members_len,) = _BLOB.unpack_from(view, offset)
+                    offset += _BLOB.size
+                    raw = bytes(view[offset : offset + members_len])
+                    if len(raw) != members_len:
+                        raise StateError("key state truncated inside an idle row's rules")
+                    offset += members_len
+                    rows.append((entry, None, raw))
             if offset < len(view):  # the rules that saw the pending events, as a blob
                 (rules_len,) = _BLOB.unpack_from(view, offset)
                 offset += _BLOB.size
@@ -1450,8 +1472,8 @@ class RuleProcessor(KeyedProcessorBase):
                 raise
             raise StateError(f"corrupted key state: {exc}") from None
         rules = ks.rules
-        for *row, history, members in extra.get("idle", ()):
-            plan = self._idle_plan(members)
+        for (*row, history), members, raw in rows:
+            plan = self._idle_plan(members, raw)
             made = [with_history(rule, row, history) for rule, _ in plan.makers]
             for st, (_, group) in zip(made, plan.makers, strict=True):
                 if group is not None:
@@ -1482,15 +1504,20 @@ class RuleProcessor(KeyedProcessorBase):
                     ks.unseen[event.seq] = names
         return ks
 
-    def _idle_plan(self, members: list[Any]) -> _IdlePlan:
+    def _idle_plan(self, members: list[Any] | None, raw: bytes | None = None) -> _IdlePlan:
         """How :meth:`decode` rebuilds an idle row's rules from its members list (name,
-        version, name, version, ...); keys alike store the same lists, so the plans are
-        kept (a bounded number of them)."""
+        version, name, version, ...), given parsed (``members``) or as stored (``raw``, JSON
+        text); keys alike store the same lists, so the plans are kept (a bounded number of
+        them)."""
         cache = self._idle_plans
-        token = tuple(members)
+        token = tuple(members) if raw is None else raw
         plan = cache.get(token)
         if plan is not None:
             return plan
+        if members is None:
+            members = json.loads(raw)
+            if not isinstance(members, list) or len(members) % 2:
+                raise StateError("key state has a malformed idle row")
         names: list[str] = []
         slots: list[int] = []
         makers: list[tuple[Any, list[str]]] = []
@@ -1510,9 +1537,11 @@ class RuleProcessor(KeyedProcessorBase):
             makers[slot][1].append(name)
             names.append(name)
             slots.append(slot)
+        # A group holding every name of the row writes the row back as it was read.
+        whole = raw if len(makers) == 1 and len(names) * 2 == len(members) else None
         plan = _IdlePlan(
             tuple(names), tuple(slots),
-            tuple((rule, _Group(self, group) if len(group) > 1 else None)
+            tuple((rule, _Group(self, group, whole) if len(group) > 1 else None)
                   for rule, group in makers),
         )
         if len(cache) >= _IDLE_PLANS:
@@ -1548,10 +1577,12 @@ class _Group:
     state written back with the same rules and no other stores that list again without a
     step per rule."""
 
-    __slots__ = ("names", "members", "lookup")
+    __slots__ = ("names", "members", "lookup", "raw")
 
-    def __init__(self, processor: RuleProcessor, names: list[str]) -> None:
+    def __init__(self, processor: RuleProcessor, names: list[str], raw: bytes | None) -> None:
         self.names = tuple(names)
+        #: The members list as stored, when it holds these rules and no other.
+        self.raw = raw
         versions = processor._versions
         self.members = list(chain.from_iterable((name, versions[name]) for name in names))
         self.lookup = operator.itemgetter(*names)
