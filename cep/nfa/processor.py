@@ -137,6 +137,10 @@ class KeyState:
     unique:
         Per rule with ``unique``: the values of the matches it reported (JSON text) -> the
         end time of the newest such match, in the order they were last reported.
+    groups:
+        The idle states that scanned rules alike shared when the state was decoded, with
+        those rules (:meth:`RuleProcessor.encode` writes a group still intact back as it
+        was read). Not part of the stored state.
     """
 
     rules: dict[str, Any] = field(default_factory=dict)
@@ -341,10 +345,10 @@ class RuleProcessor(KeyedProcessorBase):
         #: Matches not reported because of the rule's ``unique`` (per rule name).
         self.suppressed: Counter[str] = suppressed if suppressed is not None else Counter()
         self.touched = 0
-        #: Members list of an idle row -> :meth:`_idle_plan`'s plan for it.
-        self._idle_plans: dict[tuple | bytes, _IdlePlan] = {}
         """(rule, event) pairs looked at so far: per event, the rules offered it one by one,
         and the events a scan ran (what a rule index saves shows here)."""
+        #: Members list of an idle row -> :meth:`_idle_plan`'s plan for it.
+        self._idle_plans: dict[tuple | bytes, _IdlePlan] = {}
 
     @property
     def multi_key(self) -> bool:
@@ -768,8 +772,7 @@ class RuleProcessor(KeyedProcessorBase):
                 state = ks.state
                 fsig = follow_sig.get(index)
                 start = None if fsig is None else _plain(st)
-                ended = None if start is None else _ended_alike(ks, fsig, start, st, events,
-                                                                key_bits)
+                ended = None if start is None else _ended_alike(ks, fsig, start, events, key_bits)
                 if ended is not None:
                     # A rule alike left an equal state over these events with these bits
                     # and reported nothing: this one ends where it did.
@@ -778,8 +781,8 @@ class RuleProcessor(KeyedProcessorBase):
                 else:
                     found = strict.process_events(rule, st, events, key_bits)
                     if start is not None and not found and _plain(st) is not None:
-                        ks.ended.setdefault(fsig, []).append(
-                            (start, events, key_bits, st)
+                        ks.ended.setdefault((fsig, id(start[0]), tuple(key_bits)), []).append(
+                            (start, events, st)
                         )
                 waiting = ks.deferred.pop(index, None)
                 if waiting:
@@ -1683,8 +1686,9 @@ class _KeyScan:
         self.quiet: dict[tuple, bool] = {}
         #: Lead rule index -> the rules alike whose scan waits for the lead's (see _visits).
         self.deferred: dict[int, list[int]] = {}
-        #: Follow signature -> per scan run on the key that reported nothing: its start
-        #: (:func:`_plain`), events, bits and the state it left (see _ended_alike).
+        #: (Follow signature, id of the start's runs, bits) -> per scan run on the key that
+        #: reported nothing: its start (:func:`_plain`), events and the state it left (see
+        #: _ended_alike).
         self.ended: dict[tuple, list[tuple]] = {}
 
     def tail(self, depth: int) -> list:
@@ -1765,15 +1769,16 @@ def _plain(st: Any) -> tuple | None:
             st.born, st.held_ids, st.last_ts, st.events_seen, st.history)
 
 
-def _ended_alike(ks: _KeyScan, sig: tuple, start: tuple, st: Any, events: Sequence[Any],
+def _ended_alike(ks: _KeyScan, sig: tuple, start: tuple, events: Sequence[Any],
                  bits: Sequence[int]) -> Any:
     """The state a scan of a rule with follow signature ``sig`` left on ``ks``'s key from a
     start equal to ``start`` over the same events with the same bits, reporting nothing; or
     None. The strict transitions, window, caps and skip being equal, such a scan leaves an
-    equal state (see :func:`cep.nfa.state.twin`)."""
-    for before, seen, seen_bits, ended in ks.ended.get(sig, ()):
+    equal state (see :func:`cep.nfa.state.twin`). (A start's runs object is held by the
+    record, so its id is not reused while the record lives.)"""
+    for before, seen, ended in ks.ended.get((sig, id(start[0]), tuple(bits)), ()):
         if (
-            before[0] is start[0] and before[1:] == start[1:] and seen_bits == bits
+            before[0] is start[0] and before[1:] == start[1:]
             and len(seen) == len(events) and all(map(operator.is_, seen, events))
         ):
             return ended

@@ -7,7 +7,10 @@ No Spark session: the processors are those ``processor_specs`` builds for Spark.
 
 from __future__ import annotations
 
+import base64
+import json
 import random
+from pathlib import Path
 
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
@@ -269,3 +272,31 @@ def test_twins_survive_the_rule_their_state_was_stored_with():
     outputs, results = after.process_keys([(("k",), results[0].state, rows[21:])], 20)
     more, _ = after.process_keys([(("k",), results[0].state, [])], END_OF_INPUT)
     assert sorted(m["name"] for m in outputs + more) == names[1:]
+
+
+#: A key state written before format 2 (twins stored once): tests/fixtures/key_state_v1.json
+#: holds its bytes (six strict rules holding runs, a relaxed rule's partial match, buffered
+#: events) and the matches the code of format 1 (commit 4c91058) then reported.
+V1_KEY_STATE = Path(__file__).parents[1] / "fixtures" / "key_state_v1.json"
+
+
+def test_a_key_state_of_format_1_is_read_and_continues():
+    stored = json.loads(V1_KEY_STATE.read_text())
+    processor = processor_specs(STREAMS + stored["program"],
+                                lateness_ms=LATENESS_MS)[0][0].processor
+    data = base64.b64decode(stored["state"])
+    assert data[:5] == b"VGKS\x01"
+    rows = [{"stream": "ev", "id": i, "key": "k", "kind": "login" if i % 4 else "reset",
+             "amount": 1.0, "merchant": "m", "price": float(i % 3), "ts": i}
+            for i in range(30)]
+    rows[14]["amount"] = rows[20]["amount"] = 500.0
+    rows[15]["price"], rows[21]["price"] = 0.0, 9.0
+    rows = [dict(row, _seq=i) for i, row in enumerate(rows)]
+    decoded = processor.decode(data)
+    assert [e.seq for e in decoded.pending] == [15, 16]
+    rewritten = processor.encode(decoded)
+    assert rewritten[:5] == b"VGKS\x02"
+    for state in (data, rewritten):
+        first, results = processor.process_keys([(("k",), state, rows[17:])], 16)
+        last, _ = processor.process_keys([(("k",), results[0].state, [])], END_OF_INPUT)
+        assert sorted(m["match_id"] for m in first + last) == stored["matches"]
