@@ -48,3 +48,19 @@ def rule_text(draw, name: str) -> str:
     contiguity = "  contiguity strict\n" if shape == "prev" else ""
     return (f"rule {name} from ev by key pattern a b\n{contiguity}"
             f"  define a as amount > {above}, b as price > prev(price) + {rise}\n")
+
+
+def scans_counted(monkeypatch) -> list[str]:
+    """The names of the rules whose strict scans run from now on (``cep.nfa.strict``'s
+    ``process_events``), one per scan, in order."""
+    import cep.nfa.strict as strict_module
+
+    scanned: list[str] = []
+    real = strict_module.process_events
+
+    def counting(rule, state, events, bits, times=None):
+        scanned.append(rule.name)
+        return real(rule, state, events, bits, times)
+
+    monkeypatch.setattr(strict_module, "process_events", counting)
+    return scanned

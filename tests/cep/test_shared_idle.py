@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from w5_rules import STREAMS
+from w5_rules import STREAMS, scans_counted
 
 from cep.engine import Engine
 from cep.nfa.state import unshared
@@ -257,8 +257,6 @@ def test_alike_rules_follow_their_lead_across_batches(monkeypatch):
     instead of scanning; in the next batch the run completes, the lead's scan reports a match
     and the others run on their own, each reporting its match — as the baseline, with the same
     states after each batch."""
-    import cep.nfa.strict as strict_module
-
     alike = [(prev_rule(f"p{i}", 5, 0, 1), 0, None) for i in range(30)]
     rows = []
     for i in range(60):
@@ -269,14 +267,7 @@ def test_alike_rules_follow_their_lead_across_batches(monkeypatch):
     rows[31]["price"] = 9.0    # k1's first event of the next batch rises: thirty matches
     base, base_states, _ = run("none", alike, rows, [30])
 
-    scanned = []
-    real = strict_module.process_events
-
-    def counting(rule, state, events, bits, times=None):
-        scanned.append(rule.name)
-        return real(rule, state, events, bits, times)
-
-    monkeypatch.setattr(strict_module, "process_events", counting)
+    scanned = scans_counted(monkeypatch)
     engine = Engine()
     engine.register(STREAMS + RELAXED + "".join(text for text, _, _ in alike))
     engine.feed_batch(pd.DataFrame(rows[:30]))

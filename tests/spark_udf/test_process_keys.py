@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from w5_rules import KINDS, STREAMS, rule_text
+from w5_rules import KINDS, STREAMS, rule_text, scans_counted
 
 from cep.engine.engine import Engine
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
@@ -146,6 +146,15 @@ def test_keys_together_look_at_the_rules_an_event_may_touch():
     assert together[3] <= 4  # the two rare events, each touching the two rules it names
 
 
+def _embedded(program: str, rows) -> list[str]:
+    """The match ids the embedded engine reports for ``rows`` in one batch."""
+    engine = Engine()
+    engine.register(program)
+    engine.feed_batch(pd.DataFrame(rows))
+    engine.close()
+    return sorted(m["match_id"] for m in engine.drain())
+
+
 def test_idle_prev_states_alike_are_stored_once():
     """Twenty strict `prev` rules idle on a key hold the same counters and history: the key's
     state stores them once (not twenty times), decodes to one shared state, and a rise spanning
@@ -180,11 +189,7 @@ def test_idle_prev_states_alike_are_stored_once():
     assert processor.encode(decoded) == state
 
     got = run(program, rows, [15], together=True)[0]
-    engine = Engine()
-    engine.register(program)
-    engine.feed_batch(pd.DataFrame(rows))
-    engine.close()
-    expected = sorted(m["match_id"] for m in engine.drain())
+    expected = _embedded(program, rows)
     assert got == expected and len(expected) == 20
 
 
@@ -215,7 +220,6 @@ def test_strict_states_alike_are_stored_once_and_scanned_once(monkeypatch):
     ends the runs is scanned once again, and the rise later is found by each rule, as the
     embedded engine finds it."""
     from cep.nfa import state as state_module
-    from cep.nfa import strict
 
     names = [f"p{i}" for i in range(20)]
     program = _strict_rules(names)
@@ -223,14 +227,7 @@ def test_strict_states_alike_are_stored_once_and_scanned_once(monkeypatch):
     specs, _ = processor_specs(program, lateness_ms=LATENESS_MS)
     processor = specs[0].processor
     one = processor_specs(_strict_rules(["p0"]), lateness_ms=LATENESS_MS)[0][0].processor
-    scans = []
-    real = strict.process_events
-
-    def counted(rule, st, events, bits, times=None):
-        scans.append(rule.name)
-        return real(rule, st, events, bits, times)
-
-    monkeypatch.setattr(strict, "process_events", counted)
+    scans = scans_counted(monkeypatch)
     _, results = processor.process_keys([(("k",), None, rows[:15])], 14)
     _, alone = one.process_keys([(("k",), None, rows[:15])], 14)
     assert scans == ["p0", "p0"]  # p0 of the twenty and p0 alone: the nineteen followed
@@ -250,11 +247,7 @@ def test_strict_states_alike_are_stored_once_and_scanned_once(monkeypatch):
     assert len({id(st) for st in processor.decode(results[0].state).rules.values()}) == 1
 
     got = run(program, rows, [15, 20], together=True)[0]
-    engine = Engine()
-    engine.register(program)
-    engine.feed_batch(pd.DataFrame(rows))
-    engine.close()
-    expected = sorted(m["match_id"] for m in engine.drain())
+    expected = _embedded(program, rows)
     assert got == expected and len(expected) == 20
 
 
