@@ -1517,10 +1517,15 @@ class RuleProcessor(KeyedProcessorBase):
         plan = cache.get(token)
         if plan is not None:
             return plan
-        if members is None:
-            members = json.loads(raw)
-            if not isinstance(members, list) or len(members) % 2:
-                raise StateError("key state has a malformed idle row")
+        try:
+            if members is None:
+                members = json.loads(raw)
+            if not isinstance(members, list) or len(members) % 2 or not all(
+                isinstance(name, str) for name in members[::2]
+            ):
+                raise ValueError("not a list of rule names and versions")
+        except ValueError as exc:
+            raise StateError(f"key state has a malformed idle row: {exc}") from None
         names: list[str] = []
         slots: list[int] = []
         makers: list[tuple[Any, list[str]]] = []

@@ -13,11 +13,13 @@ import random
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from w5_rules import KINDS, STREAMS, rule_text, scans_counted
 
 from cep.engine.engine import Engine
+from cep.events.event import StateError
 from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from spark_udf.rules import processor_specs
 
@@ -293,3 +295,23 @@ def test_a_key_state_of_format_1_is_read_and_continues():
         first, results = processor.process_keys([(("k",), state, rows[17:])], 16)
         last, _ = processor.process_keys([(("k",), results[0].state, [])], END_OF_INPUT)
         assert sorted(m["match_id"] for m in first + last) == stored["matches"]
+
+
+def test_malformed_key_states_of_format_2_are_refused():
+    """A twin entry with no whole state before it, and an idle row whose members are not
+    rule names and versions, are refused with what is wrong (checksums intact)."""
+    from cep.nfa import processor as processor_module
+
+    processor = processor_specs(_strict_rules(["p0", "p1"]),
+                                lateness_ms=LATENESS_MS)[0][0].processor
+    head, blob = processor_module._RULE_HEAD, processor_module._BLOB
+    extra = json.dumps({"max_ts": {}, "pending": []}).encode()
+    twin_first = head.pack(2, 1, processor_module._TWIN) + b"p1" + b"\0" * 8 \
+        + blob.pack(len(extra)) + extra
+    row = [["k"], 1, None, 0, 0, 0, 0, 1, 1, [{"price": 1.0}]]
+    extra = json.dumps({"max_ts": {}, "pending": [], "idle": [row]}).encode()
+    bad_members = blob.pack(len(extra)) + extra + blob.pack(5) + b"[1,2]"
+    for body, count, message in ((twin_first, 1, "malformed entry for rule 'p1'"),
+                                 (bad_members, 0, "malformed idle row")):
+        with pytest.raises(StateError, match=message):
+            processor.decode(processor_module._CODEC.encode(body, 0, count))
