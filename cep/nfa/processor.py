@@ -30,9 +30,11 @@ from cep.events.watermark import END_OF_INPUT, NO_WATERMARK
 from cep.nfa import runtime, strict
 from cep.nfa.state import (
     RuleState,
+    alike_starts,
     history_only,
     shared_runs,
     twin,
+    twin_start,
     twins,
     unshared,
     with_history,
@@ -771,7 +773,7 @@ class RuleProcessor(KeyedProcessorBase):
                     key_bits = found[cut:]
                 state = ks.state
                 fsig = follow_sig.get(index)
-                start = None if fsig is None else _plain(st)
+                start = None if fsig is None else twin_start(st)
                 ended = None if start is None else _ended_alike(ks, fsig, start, events, key_bits)
                 if ended is not None:
                     # A rule alike left an equal state over these events with these bits
@@ -780,7 +782,7 @@ class RuleProcessor(KeyedProcessorBase):
                     found = []
                 else:
                     found = strict.process_events(rule, st, events, key_bits)
-                    if start is not None and not found and _plain(st) is not None:
+                    if start is not None and not found and twin_start(st) is not None:
                         ks.ended.setdefault((fsig, id(start[0]), tuple(key_bits)), []).append(
                             (start, events, st)
                         )
@@ -1692,8 +1694,8 @@ class _KeyScan:
         #: Lead rule index -> the rules alike whose scan waits for the lead's (see _visits).
         self.deferred: dict[int, list[int]] = {}
         #: (Follow signature, id of the start's runs, bits) -> per scan run on the key that
-        #: reported nothing: its start (:func:`_plain`), events and the state it left (see
-        #: _ended_alike).
+        #: reported nothing: its start (:func:`~cep.nfa.state.twin_start`), events and the
+        #: state it left (see _ended_alike).
         self.ended: dict[tuple, list[tuple]] = {}
 
     def tail(self, depth: int) -> list:
@@ -1764,16 +1766,6 @@ def _first(pattern: Any) -> tuple[set[str], bool]:
     return set(), True
 
 
-def _plain(st: Any) -> tuple | None:
-    """What a scanned rule's state holding only counters, a ``prev`` history and runs in
-    shared form (:attr:`RuleState.lazy_runs`, or none) starts a scan from: its runs (the
-    object, compared by identity), counters and history; None for any other state."""
-    if st.cohorts or st.held or st.absences or st._runs or st.shared:
-        return None
-    return (st.lazy_runs, st.key, st.pos, st.watermark, st.resume, st.dropped_partials,
-            st.born, st.held_ids, st.last_ts, st.events_seen, st.history)
-
-
 def _ended_alike(ks: _KeyScan, sig: tuple, start: tuple, events: Sequence[Any],
                  bits: Sequence[int]) -> Any:
     """The state a scan of a rule with follow signature ``sig`` left on ``ks``'s key from a
@@ -1783,7 +1775,7 @@ def _ended_alike(ks: _KeyScan, sig: tuple, start: tuple, events: Sequence[Any],
     record, so its id is not reused while the record lives.)"""
     for before, seen, ended in ks.ended.get((sig, id(start[0]), tuple(bits)), ()):
         if (
-            before[0] is start[0] and before[1:] == start[1:]
+            alike_starts(before, start)
             and len(seen) == len(events) and all(map(operator.is_, seen, events))
         ):
             return ended

@@ -21,8 +21,8 @@ from cep.nfa.errors import StateFormatError
 from sketches.codec import StateCodec
 
 __all__ = [
-    "RuleState", "SharedRuns", "history_only", "new_state", "settle", "shared_runs", "twin",
-    "twins", "unshared", "with_history",
+    "RuleState", "SharedRuns", "alike_starts", "history_only", "new_state", "settle",
+    "shared_runs", "twin", "twin_start", "twins", "unshared", "with_history",
 ]
 
 _FRAME = dict(
@@ -669,18 +669,29 @@ def shared_runs(state: RuleState) -> RuleState:
     return state
 
 
+def twin_start(state: RuleState) -> tuple | None:
+    """What a state :func:`twin` may copy (counters, a ``prev`` history and runs in shared
+    form, or none) is, as a tuple whose first item, its runs object, compares by identity
+    and the rest by value; None for any other state."""
+    if state.cohorts or state.held or state.absences or state._runs or state.shared:
+        return None
+    return (state.lazy_runs, state.key, state.pos, state.watermark, state.resume,
+            state.dropped_partials, state.born, state.held_ids, state.last_ts,
+            state.events_seen, state.history)
+
+
+def alike_starts(a: tuple, b: tuple) -> bool:
+    """Whether two :func:`twin_start` tuples describe equal states."""
+    return a[0] is b[0] and a[1:] == b[1:]
+
+
 def twins(a: RuleState, b: RuleState) -> bool:
     """Whether two states that :func:`twin` may copy are equal: the same abstract runs (one
     object) and equal counters and history."""
-    return (
-        a.lazy_runs is not None and a.lazy_runs is b.lazy_runs
-        and not (a._runs or b._runs or a.cohorts or b.cohorts or a.held or b.held
-                 or a.absences or b.absences or a.shared or b.shared)
-        and a.pos == b.pos and a.last_ts == b.last_ts and a.events_seen == b.events_seen
-        and a.born == b.born and a.resume == b.resume and a.watermark == b.watermark
-        and a.dropped_partials == b.dropped_partials and a.held_ids == b.held_ids
-        and a.key == b.key and a.history == b.history
-    )
+    if a.lazy_runs is None:
+        return False
+    start_a, start_b = twin_start(a), twin_start(b)
+    return start_a is not None and start_b is not None and alike_starts(start_a, start_b)
 
 
 # ---------------------------------------------------------------- bytes

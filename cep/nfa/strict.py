@@ -72,7 +72,7 @@ def idle_signature(rule: Any) -> tuple | None:
     bits = bits_signature(rule)
     if bits is None:
         return None
-    return (bits, _strict_table(rule), rule.max_partials)
+    return (bits, *transitions_signature(rule))
 
 
 def transitions_signature(rule: Any) -> tuple:
