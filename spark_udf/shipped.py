@@ -19,6 +19,7 @@ from typing import Any
 from pyspark import cloudpickle
 
 from cep.events.keyed import KeyedProcessor
+from spark_udf.heap import keep_built
 
 __all__ = ["ShippedProcessor", "shipped"]
 
@@ -56,6 +57,7 @@ class ShippedProcessor:
             built = _BUILT[self.digest] = pickle.loads(self.blob)
             while len(_BUILT) > _KEEP:
                 _BUILT.popitem(last=False)
+            keep_built()  # the worker keeps it: out of the collector's full collections
         else:
             _BUILT.move_to_end(self.digest)
         return built

@@ -4,6 +4,8 @@ built once per Python worker (``spark_udf.shipped``), not unpickled by every tas
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import spark_udf.shipped as shipping
 from spark_udf.rules import processor_specs, route_specs
@@ -54,3 +56,40 @@ def test_a_route_plan_ships_its_processors():
     plan = route_specs({"_event": "string"}, specs)
     assert all(isinstance(source, ShippedProcessor) for _, source, _ in plan.entries)
     assert plan.entries[0][1]() is specs[0].processor
+
+
+WORKER = """
+import gc, weakref
+import spark_udf.shipped as shipping
+from spark_udf.rules import processor_specs
+from spark_udf.shipped import ShippedProcessor, shipped
+
+PROGRAM = {program!r}
+(spec,), _ = processor_specs(PROGRAM)
+blob = shipped(spec.processor).blob
+shipping._BUILT.clear()  # a worker: it has built nothing
+built = ShippedProcessor(blob)()
+kept = {{id(o) for o in gc.get_objects()}}
+# Built and kept: in no generation a collection looks at.
+assert id(built) not in kept and id(built.rules[0]) not in kept, "not frozen"
+assert gc.get_freeze_count() > 0
+gone = weakref.ref(built)
+built.itself = built  # a cycle through frozen objects: only the collector frees it
+shipping._BUILT.clear()  # the worker no longer keeps it
+del built
+(other,), _ = processor_specs(PROGRAM.replace("> 100", "> 200"))
+again = shipped(other.processor)  # the driver's own: nothing built, nothing frozen again
+gc.collect()
+assert gone() is not None  # frozen: held until the next build
+shipping._BUILT.clear()
+ShippedProcessor(again.blob)()  # the worker builds the next program
+assert gone() is None, "a processor the worker no longer keeps stayed frozen"
+print("ok")
+"""
+
+
+def test_a_worker_keeps_what_it_built_out_of_full_collections_but_not_for_good():
+    # In a process of its own: freezing moves that whole process's heap.
+    done = subprocess.run([sys.executable, "-c", WORKER.format(program=PROGRAM)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
