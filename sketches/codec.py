@@ -1,11 +1,13 @@
 """The one frame every binary state format of Vigil is written in: a magic, a format version,
-the caller's own header fields, and optionally a body length, a checksum and zlib compression.
+the caller's own header fields, and optionally a body length, a checksum and compression (zlib
+or zstd).
 
 Layout, in the codec's byte order (``<`` or ``>``)::
 
     magic                  len(magic) bytes
     format version         u8
-    flags                  u8, only with ``compress_over``: bit 0 set when the body is zlib data
+    flags                  u8, only with ``compress_over``: bit 0 set when the body is zlib data,
+                           bit 1 when it is a u64 length (decompressed) then zstd data
     fields                 the caller's header fields (a `struct` format such as ``"qI"``)
     body length            u32, only with ``length=True``: the length of the stored body
     checksum               with ``checksum_at="header"``: over the stored body only
@@ -32,7 +34,9 @@ from typing import Any, Literal, NamedTuple, NoReturn
 __all__ = ["Frame", "StateCodec"]
 
 _FLAG_ZLIB = 1
+_FLAG_ZSTD = 2
 _ZLIB_LEVEL = 1
+_ZSTD_SIZE = struct.Struct("<Q")
 
 
 def _sha256_8(data: Any) -> bytes:
@@ -83,7 +87,11 @@ class StateCodec:
         header field, over the stored body only.
     compress_over
         When set, a flags byte follows the version and bodies longer than this many bytes are
-        stored zlib-compressed (level 1); the checksum covers the compressed bytes.
+        stored compressed; the checksum covers the compressed bytes.
+    compressor
+        ``"zlib"`` (level 1) or ``"zstd"`` (Arrow's codec: for state rewritten whole at every
+        micro-batch, ~10x faster than zlib and several times smaller on repetitive bodies;
+        zlib where this pyarrow has no zstd). Either is read whatever the setting.
     name
         What the bytes hold, for error messages (``"rule state"``).
     error
@@ -117,6 +125,7 @@ class StateCodec:
     checksum: Literal["crc32", "sha256-8"] | None = None
     checksum_at: Literal["header", "trailer"] = "trailer"
     compress_over: int | None = None
+    compressor: Literal["zlib", "zstd"] = "zlib"
     name: str = "state"
     error: Callable[[str], Exception] = ValueError
     _header: struct.Struct = field(init=False, repr=False, compare=False)
@@ -138,6 +147,8 @@ class StateCodec:
             raise ValueError(f"checksum_at must be 'header' or 'trailer', got {self.checksum_at!r}")
         if self.compress_over is not None and self.compress_over < 0:
             raise ValueError(f"compress_over must be >= 0, got {self.compress_over}")
+        if self.compressor not in ("zlib", "zstd"):
+            raise ValueError(f"compressor must be 'zlib' or 'zstd', got {self.compressor!r}")
         code, digest = _CHECKSUMS[self.checksum] if self.checksum else ("", None)
         in_header = code if self.checksum_at == "header" else ""
         in_trailer = code if self.checksum_at == "trailer" else ""
@@ -172,8 +183,7 @@ class StateCodec:
         else:
             flags = 0
             if len(body) > self.compress_over:
-                stored = zlib.compress(body, _ZLIB_LEVEL)
-                flags = _FLAG_ZLIB
+                stored, flags = _compress(body, self.compressor)
             head = (self.magic, self.version, flags, *fields)
         if self.length:
             head = (*head, len(stored))
@@ -250,13 +260,14 @@ class StateCodec:
                     f"{self.name} is truncated or corrupted: {self.checksum} checksum mismatch "
                     f"({self._label})",
                 )
-        if self.compress_over is not None and head[2] & _FLAG_ZLIB:
+        if self.compress_over is not None and head[2] & (_FLAG_ZLIB | _FLAG_ZSTD):
+            kind = "zlib" if head[2] & _FLAG_ZLIB else "zstd"
             try:
-                body = memoryview(zlib.decompress(body))
-            except zlib.error as exc:
+                body = memoryview(_decompress(body, kind))
+            except (zlib.error, ValueError, ImportError) as exc:
                 self._fail(
                     context,
-                    f"{self.name} is corrupted: its zlib body does not decompress ({exc}; "
+                    f"{self.name} is corrupted: its {kind} body does not decompress ({exc}; "
                     f"{self._label})",
                 )
         # tuple.__new__ skips the NamedTuple's Python-level __new__: a third of a small decode.
@@ -264,3 +275,32 @@ class StateCodec:
 
     def _fail(self, context: str, message: str) -> NoReturn:
         raise self.error(f"{context}: {message}" if context else message)
+
+
+def _compress(body: bytes | bytearray | memoryview, compressor: str) -> tuple[bytes, int]:
+    """The stored body and its flag: zstd (its decompressed length first) when asked for and
+    this pyarrow has it, else zlib."""
+    if compressor == "zstd":
+        import pyarrow as pa  # only here: the codec's other formats do without it
+
+        if pa.Codec.is_available("zstd"):
+            packed = pa.compress(body, codec="zstd", asbytes=True)
+            return _ZSTD_SIZE.pack(len(body)) + packed, _FLAG_ZSTD
+    return zlib.compress(body, _ZLIB_LEVEL), _FLAG_ZLIB
+
+
+def _decompress(stored: memoryview, kind: str) -> bytes:
+    if kind == "zlib":
+        return zlib.decompress(stored)
+    import pyarrow as pa
+
+    if len(stored) < _ZSTD_SIZE.size:
+        raise ValueError("no room for its length")
+    (size,) = _ZSTD_SIZE.unpack_from(stored)
+    try:
+        out = pa.decompress(stored[_ZSTD_SIZE.size:], size, codec="zstd", asbytes=True)
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(str(exc)) from None
+    if len(out) != size:
+        raise ValueError(f"{len(out)} bytes where {size} were recorded")
+    return out

@@ -160,6 +160,28 @@ def test_a_body_that_does_not_decompress():
         codec.decode(data)
 
 
+def test_zstd_bodies_are_flagged_and_either_compression_is_read():
+    zstd = StateCodec(b"DEMO", 2, fields="q", compress_over=64, compressor="zstd",
+                      checksum="crc32")
+    zlib_codec = StateCodec(b"DEMO", 2, fields="q", compress_over=64, checksum="crc32")
+    body = b"the same key state, again and again; " * 100
+    data = zstd.encode(body, 3)
+    assert data[5] == 2 and len(data) < len(zlib_codec.encode(body, 3)) < len(body)
+    # The decompressed length is recorded before the zstd data (a u64).
+    assert struct.unpack_from("<Q", data, 14)[0] == len(body)
+    for reader in (zstd, zlib_codec):  # a reader takes either, whatever it writes
+        assert reader.decode(data) == ((3,), body)
+        assert reader.decode(zlib_codec.encode(body, 3)) == ((3,), body)
+    assert zstd.encode(b"short", 3)[5] == 0
+    # Its recorded length wrong, or its data cut: a clear error.
+    plain = StateCodec(b"DEMO", 2, fields="q", compress_over=64, compressor="zstd")
+    good = plain.encode(body, 3)
+    for bad in (good[:14] + struct.pack("<Q", len(body) + 1) + good[22:],
+                good[:14] + struct.pack("<Q", len(body)) + good[22:-5], good[:18]):
+        with pytest.raises(ValueError, match="is corrupted: its zstd body does not decompress"):
+            plain.decode(bad)
+
+
 @pytest.mark.parametrize("name", ["rule state", "metric operator state"])
 def test_checksums_cover_what_their_format_says(name):
     codec = LAYOUTS[name]
@@ -191,6 +213,7 @@ def test_context_starts_the_message():
         ({"checksum": "md5"}, "checksum"),
         ({"checksum_at": "middle"}, "checksum_at"),
         ({"compress_over": -1}, "compress_over"),
+        ({"compressor": "lzma"}, "compressor"),
     ],
 )
 def test_invalid_parameters_are_refused(arguments, message):

@@ -79,6 +79,33 @@ def test_bucket_state_records_its_bucket_count_and_refuses_another():
         BucketState.from_bytes(old, buckets=16)
 
 
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+
+
+def test_bucket_state_is_stored_compressed_and_a_format_4_bucket_is_read_and_continued():
+    # Written by 108e93c (format 4, never compressed): three keys, one a 2,000-byte state.
+    with open(os.path.join(FIXTURES, "bucket_state_v4.bin"), "rb") as f:
+        old = f.read()
+    assert old[:5] == b"VGBK\x04"
+    bucket = BucketState.from_bytes(old, buckets=16)
+    expected = {'["a"]': KeySlot(b"state-a", 40), '["b"]': KeySlot(None, 7),
+                '["c"]': KeySlot(b"x" * 2000, None)}
+    assert dict(bucket.keys.items()) == expected
+    assert (bucket.registered_ms, bucket.buckets, bucket.earliest_due()) == (7, 16, 7)
+    bucket.set('["d"]', b"y" * 3000, 9)
+    data = bucket.to_bytes()
+    # Written back in format 5: the body (over 1 KiB) zstd-compressed, flagged in its header.
+    assert data[:6] == b"VGBK\x05\x02" and len(data) < 500
+    again = BucketState.from_bytes(data, buckets=16)
+    assert dict(again.keys.items()) == {**expected, '["d"]': KeySlot(b"y" * 3000, 9)}
+    small = BucketState({'["a"]': KeySlot(b"s", 1)}, buckets=16).to_bytes()
+    assert small[:6] == b"VGBK\x05\x00"  # a small body is stored as it is
+    # A compressed body that does not decompress is a clear error, not a misread bucket.
+    with pytest.raises(BucketStateError, match="bucket state is corrupted: its zstd body does "
+                       "not decompress"):
+        BucketState.from_bytes(data[:40] + bytes(len(data) - 40))
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
