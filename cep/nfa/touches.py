@@ -7,6 +7,7 @@ engine's rule index (:mod:`cep.engine.rule_index`) and the Spark operator's buck
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -101,39 +102,100 @@ def rule_rows(
     A row touches a rule when one of the rule's conditions may hold for it. A rule that must
     see every row (strict contiguity, ``prev``) touches every row, except one run as a scan
     (:attr:`RuleProcessor.scanned`), which sees its key's rows anyway and needs to know only
-    where a match may start.
+    where a match may start. Rules whose conditions are the same texts on the same bits, run
+    the same way (:func:`_readers`), get their rows and masks computed once per frame: the
+    same arrays, which callers do not change.
     """
     n = len(frame)
+    done: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
+    for index, rule, alike in _readers(processor, stream):
+        found = done.get(alike, _UNSEEN) if alike is not None else _UNSEEN
+        if found is _UNSEEN:
+            found = _rows_and_masks(processor, index, rule, stream, frame, shared, n)
+            if alike is not None:
+                done[alike] = found
+        if found is not None:
+            yield index, found[0], found[1]
+
+
+_UNSEEN: Any = object()
+_READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _readers(processor: Any, stream: str) -> list[tuple[int, Any, tuple | None]]:
+    """The rules of ``processor`` reading ``stream``, in index order, each with what makes
+    its rows and masks over a frame of the stream (:func:`rule_rows`): how it is run (scanned
+    from its start bits, every row, or where a condition may hold), its streams and, per
+    bit, its condition as :func:`condition_fits` tells them apart; None when a condition has
+    no columnar text (it is evaluated per rule). Kept per processor (its rules never
+    change)."""
+    try:
+        plans = _READERS.setdefault(processor, {})
+    except TypeError:  # a processor that cannot be weakly referenced: not kept
+        plans = {}
+    plan = plans.get(stream)
+    if plan is not None:
+        return plan
+    plan = []
     scanned = processor.scanned
     must_see = processor.must_see
     for index, rule in enumerate(processor.rules):
         if stream not in rule.streams:
             continue
         conditions = getattr(rule, "conditions", None)
-        if conditions is None:
-            # A rule that gives only its masks (another compiler's).
-            fits = mask_bits(rule, stream, frame)
-        else:
-            fits = [
-                (bit, condition_fits(rule, cond, stream, frame, shared))
-                for bit, cond in enumerate(conditions)
-            ]
-        if index in scanned:
-            first = processor.start_bits_of(index)
-            chosen = rows_fitting([f for bit, f in fits if (first >> bit) & 1], n)
-        elif must_see[index]:
-            chosen = np.arange(n)
-        else:
-            chosen = rows_fitting([f for _, f in fits], n)
-        if len(chosen) == 0:
-            continue
-        mask = np.zeros(len(chosen), dtype=np.int64)
-        for bit, f in fits:
-            if f is True:
-                mask |= np.int64(1) << np.int64(bit)
-            elif f is not False:
-                mask |= f[chosen].astype(np.int64) << np.int64(bit)
-        yield index, chosen, mask
+        alike: tuple | None = None
+        if conditions is not None:
+            parts = []
+            for cond in conditions:
+                if cond.stream is not None and cond.stream != stream:
+                    parts.append(False)
+                elif cond.predicate is None or cond.columnar is None:
+                    parts.append(True)
+                else:
+                    text = getattr(cond, "columnar_text", None)
+                    if text is None:
+                        break
+                    parts.append(text)
+            else:
+                how = (("scan", processor.start_bits_of(index)) if index in scanned
+                       else ("all",) if must_see[index] else ("fit",))
+                alike = (how, tuple(rule.streams), tuple(parts))
+        plan.append((index, rule, alike))
+    plans[stream] = plan
+    return plan
+
+
+def _rows_and_masks(
+    processor: Any, index: int, rule: Any, stream: str, frame: pd.DataFrame,
+    shared: dict[tuple, np.ndarray], n: int,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """One rule's :func:`rule_rows` entry over ``frame``: its rows and their masks, or None
+    when no row touches it."""
+    conditions = getattr(rule, "conditions", None)
+    if conditions is None:
+        # A rule that gives only its masks (another compiler's).
+        fits = mask_bits(rule, stream, frame)
+    else:
+        fits = [
+            (bit, condition_fits(rule, cond, stream, frame, shared))
+            for bit, cond in enumerate(conditions)
+        ]
+    if index in processor.scanned:
+        first = processor.start_bits_of(index)
+        chosen = rows_fitting([f for bit, f in fits if (first >> bit) & 1], n)
+    elif processor.must_see[index]:
+        chosen = np.arange(n)
+    else:
+        chosen = rows_fitting([f for _, f in fits], n)
+    if len(chosen) == 0:
+        return None
+    mask = np.zeros(len(chosen), dtype=np.int64)
+    for bit, f in fits:
+        if f is True:
+            mask |= np.int64(1) << np.int64(bit)
+        elif f is not False:
+            mask |= f[chosen].astype(np.int64) << np.int64(bit)
+    return chosen, mask
 
 
 def events_frame(schema: StreamSchema, events: Sequence[Event]) -> pd.DataFrame:

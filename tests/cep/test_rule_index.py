@@ -278,6 +278,53 @@ def test_state_left_is_the_same_under_every_index():
     assert all(s == states[BASELINE] for s in states.values())
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(st.sampled_from([
+    "rule {} from ev by key pattern a b define a as amount > 3, b as amount > 5\n",
+    "rule {} from ev by key pattern a b define a as amount > 3, b as amount > 6\n",
+    "rule {} from ev by key pattern a b contiguity strict\n"
+    "  define a as amount > 3, b as price > prev(price)\n",
+    "rule {} from ev by key pattern a b define a as amount > 3, b as price > prev(price)\n",
+    "rule {} from flags, ev by key pattern f e define f as flags where level >= 1,\n"
+    "  e as ev where amount > 3\n",
+]), min_size=1, max_size=8), amounts=st.lists(st.sampled_from([0.5, 4.0, 5.5, 7.0]),
+                                               min_size=1, max_size=12))
+def test_rules_alike_get_their_rows_once_and_the_same_as_alone(texts, amounts):
+    """``cep.nfa.touches.rule_rows``: rules whose conditions are the same texts, run the same
+    way, share one computation of their rows and masks per frame, which equals what each rule
+    gets in a processor of its own."""
+    from cep.nfa.touches import rule_rows
+
+    def rows_of(program):
+        """Per rule name, its rows and masks over the frame (rules touching no row absent),
+        and the indexes in the order given, per processor."""
+        engine = Engine()
+        engine.register(STREAMS + program)
+        out, orders = {}, []
+        for group in engine._groups.values():
+            rules = group.processor.rules
+            got = list(rule_rows(group.processor, "ev", frame, {}))
+            orders.append([index for index, _, _ in got])
+            out.update({rules[index].name: (rows, masks) for index, rows, masks in got})
+        return out, orders
+
+    frame = _events(amounts)
+    together, orders = rows_of("".join(t.format(f"r{i}") for i, t in enumerate(texts)))
+    assert all(order == sorted(order) for order in orders)
+    first_of: dict[str, tuple] = {}
+    for i, text in enumerate(texts):
+        alone, _ = rows_of(text.format(f"r{i}"))
+        assert (f"r{i}" in together) == (f"r{i}" in alone)
+        if f"r{i}" not in alone:
+            continue
+        rows, masks = together[f"r{i}"]
+        assert rows.tolist() == alone[f"r{i}"][0].tolist()
+        assert masks.tolist() == alone[f"r{i}"][1].tolist()
+        if text in first_of:  # alike: the very same arrays
+            assert first_of[text][0] is rows and first_of[text][1] is masks
+        first_of.setdefault(text, (rows, masks))
+
+
 def test_an_unknown_index_is_refused():
     with pytest.raises(Exception, match="unknown rule index"):
         Engine(rule_index="bogus")
