@@ -19,6 +19,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from cep.events.keyed import KeyedProcessor
 from cep.events.watermark import END_OF_INPUT
+from percolator.collector import collector_paused
 from spark_udf.batch import (
     END_WATERMARK_MS,
     TIME_COLUMN,
@@ -180,6 +181,13 @@ class BucketedDetector(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
+        with collector_paused():
+            records = self._input_rows(key, rows, timerValues)
+        yield from _records_out(records)
+
+    def _input_rows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> list[dict[str, Any]]:
         watermark = timerValues.getCurrentWatermarkInMs()
         engine_watermark = _engine_watermark(watermark)
         bucket = self._load()
@@ -216,7 +224,7 @@ class BucketedDetector(StatefulProcessor):
             self._handle.deleteTimer(due)
             bucket.registered_ms = None
         self._save(bucket, watermark, was_empty)
-        yield from _records_out(records)
+        return records
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -228,10 +236,11 @@ class BucketedDetector(StatefulProcessor):
             # metric were removed or changed): freed when its timer wakes it.
             self._state.clear()
             return
-        bucket = self._load()
-        was_empty = not bucket.keys
-        records = fire_due_keys(owner[0], bucket, _engine_watermark(watermark))
-        self._save(bucket, watermark, was_empty)
+        with collector_paused():
+            bucket = self._load()
+            was_empty = not bucket.keys
+            records = fire_due_keys(owner[0], bucket, _engine_watermark(watermark))
+            self._save(bucket, watermark, was_empty)
         yield from _records_out(records)
 
     def close(self) -> None:

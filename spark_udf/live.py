@@ -30,12 +30,12 @@ from pyspark import TaskContext
 
 from cep.engine import load_declarations
 from cep.engine.checkpoint import RestoreReport
+from percolator.collector import keep_built
 from query_lang import ast
 from query_lang.printer import print_declaration
 from spark_udf.checkpoint import StateLayout, batch_offsets
 from spark_udf.edits import edit_program
 from spark_udf.errors import CheckpointError, OperatorConfigError
-from spark_udf.heap import keep_built
 from spark_udf.routing import RoutePlan, resolve_processor
 from spark_udf.rules import processor_specs, route_specs
 
@@ -264,7 +264,7 @@ class LiveProgram:
         if found is None:
             found = _remember(_COMPILED, key, self._compile(self.log().entry(number)),
                               _KEEP_COMPILED)
-            keep_built()  # kept for the query's next micro-batches (spark_udf.heap)
+            keep_built()  # kept for the query's next micro-batches (percolator.collector)
         return found
 
     def _compile(self, entry: Entry) -> Compiled:

@@ -28,6 +28,7 @@ from cep.events.event import (
     stream_of,
 )
 from cep.events.watermark import Watermark, late_detail
+from percolator.collector import keep_built
 from query_lang import ast
 from query_lang.printer import print_declaration
 from spark_udf.batch import END_MARK_STREAM, SEQ_COLUMN
@@ -73,8 +74,7 @@ def _index(
         # The index lives as long as the worker: moved out of the collector's generations,
         # its millions of objects are not traversed again by every full collection that
         # the matches' allocations trigger (25-30% of a frame's time at 100k queries).
-        gc.collect()
-        gc.freeze()
+        keep_built()
     return found
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from pyspark import cloudpickle
 
 from cep.events.keyed import KeyedProcessor
-from spark_udf.heap import keep_built
+from percolator.collector import keep_built
 
 __all__ = ["ShippedProcessor", "shipped"]
 
