@@ -37,8 +37,8 @@ NO_TIME = -(2**63)
 # the states, so that a bucket is read and written without a step per key.
 # Version 5: the same body, zstd-compressed above 1 KiB. A bucket is written whole at every
 # micro-batch that touches it, and its keys' states repeat one another (the same rule lists,
-# member names and event fields): on the W5 benchmark's 1,000 rules, ~3.5 MB a bucket became
-# ~60 kB, for ~1 ms of compression, and the state store moves that instead.
+# member names and event fields): on the W5 benchmark's 1,000 rules, ~3.6 MB a bucket became
+# ~55 kB, for ~1 ms of compression, and the state store moves that instead.
 _FORMAT_VERSION = 5
 _CODEC = StateCodec(b"VGBK", _FORMAT_VERSION, fields="qIIQ", compress_over=1024,
                     compressor="zstd", name="bucket state", error=BucketStateError)
