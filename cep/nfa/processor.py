@@ -140,9 +140,9 @@ class KeyState:
         Per rule with ``unique``: the values of the matches it reported (JSON text) -> the
         end time of the newest such match, in the order they were last reported.
     groups:
-        The idle states that scanned rules alike shared when the state was decoded, with
-        those rules (:meth:`RuleProcessor.encode` writes a group still intact back as it
-        was read). Not part of the stored state.
+        The idle states that scanned rules alike shared when the state was decoded, or that a
+        scan gave rules alike new to the key, with those rules (:meth:`RuleProcessor.encode`
+        writes a group still intact at once, as it was read). Not part of the stored state.
     """
 
     rules: dict[str, Any] = field(default_factory=dict)
@@ -351,6 +351,8 @@ class RuleProcessor(KeyedProcessorBase):
         and the events a scan ran (what a rule index saves shows here)."""
         #: Members list of an idle row -> :meth:`_idle_plan`'s plan for it.
         self._idle_plans: dict[tuple | bytes, _IdlePlan] = {}
+        #: Names of rules alike a scan gave one new idle state -> their :class:`_Group`.
+        self._made_groups: dict[tuple[str, ...], _Group] = {}
 
     @property
     def multi_key(self) -> bool:
@@ -892,6 +894,7 @@ class RuleProcessor(KeyedProcessorBase):
         if missing:
             share = self._share_sig
             new_state = self.runtime.new_state
+            joined: dict[tuple, list[str]] = {}
             for index in sorted(fast_by_name[name] for name in missing):
                 rule = rules[index]
                 sig = share.get(index)
@@ -907,9 +910,16 @@ class RuleProcessor(KeyedProcessorBase):
                     self._move_idle(ks, made, sig[0])
                     moved.add(made)
                     ks.newest.setdefault(sig, made)
+                    joined[sig] = [rule.name]
                 else:
                     made.shared = True
+                    joined[sig].append(rule.name)
                 held[rule.name] = made
+            # As a decoded state's groups: encode writes a group still intact at once.
+            ks.state.groups.extend(
+                (ks.made[sig], self._made_group(names))
+                for sig, names in joined.items() if len(names) > 1
+            )
         lead_of = self._lead
         if lead_of:
             # A rule whose state is its lead's (the same shared idle state, moved already,
@@ -1354,7 +1364,7 @@ class RuleProcessor(KeyedProcessorBase):
             # Each idle row's members list (name, version, ...) as a blob of its own: read
             # back as bytes, a list seen before is not parsed again (see _idle_plan).
             if raw is None:
-                raw = json.dumps(members, separators=(",", ":"), ensure_ascii=False).encode()
+                raw = _members_bytes(members)
             parts.append(_BLOB.pack(len(raw)))
             parts.append(raw)
         if state.pending:
@@ -1558,6 +1568,19 @@ class RuleProcessor(KeyedProcessorBase):
             cache.clear()
         cache[token] = plan
         return plan
+
+    def _made_group(self, names: list[str]) -> _Group:
+        """The :class:`_Group` of rules alike a scan gave one new idle state, ``names`` in the
+        order they joined it: as :meth:`encode` would write their members list (kept for
+        the keys alike that follow, a bounded number of them)."""
+        token = tuple(names)
+        group = self._made_groups.get(token)
+        if group is None:
+            if len(self._made_groups) >= _IDLE_PLANS:
+                self._made_groups.clear()
+            group = self._made_groups[token] = _Group(self, names, None)
+            group.raw = _members_bytes(group.members)
+        return group
 
     # ------------------------------------------------------------------ helpers
 
@@ -1780,6 +1803,12 @@ def _ended_alike(ks: _KeyScan, sig: tuple, start: tuple, events: Sequence[Any],
         ):
             return ended
     return None
+
+
+def _members_bytes(members: list[Any]) -> bytes:
+    """An idle row's members list (name, version, ...) as :meth:`RuleProcessor.encode` stores
+    it."""
+    return json.dumps(members, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _idle(st: Any) -> bool:

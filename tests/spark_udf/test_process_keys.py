@@ -269,6 +269,38 @@ def test_twins_survive_the_rule_their_state_was_stored_with():
     assert sorted(m["name"] for m in outputs + more) == names[1:]
 
 
+def test_rules_alike_new_to_a_key_are_written_as_one_group(monkeypatch):
+    """Twenty ``prev`` rules alike, new to a key, get one idle state from the scan, which
+    records them as a group (as a decoded state's): the key's state is written from the group
+    at once, to the same bytes as rule by rule; once one of them leaves the shared state, rule
+    by rule again, to what the embedded engine finds."""
+    names = [f"p{i}" for i in range(20)]
+    program = _strict_rules(names)
+    processor = processor_specs(program, lateness_ms=LATENESS_MS)[0][0].processor
+    written = []
+    real = processor.encode
+    monkeypatch.setattr(processor, "encode", lambda ks: written.append(ks) or real(ks))
+    rows = _rows()
+    # Watermarks as a bucket gets them: from the rows of the batches before. The first
+    # batch only waits; the second releases rows 0-4, which the twenty rules are new to.
+    _, results = processor.process_keys([(("k",), None, rows[:10])], NO_WATERMARK)
+    first, results = processor.process_keys([(("k",), results[0].state, rows[10:16])],
+                                            9 - LATENESS_MS)
+    ks = written[-1]
+    ((st, group),) = ks.groups
+    assert group.names == tuple(names) and all(ks.rules[n] is st for n in names)
+    assert group.raw is not None
+    by_group = results[0].state
+    ks.groups.clear()
+    assert real(ks) == by_group  # rule by rule: the same bytes
+    # The 15th event starts a run in every rule: the group is left, the state still right.
+    outputs, results = processor.process_keys([(("k",), by_group, rows[16:])],
+                                              15 - LATENESS_MS)
+    last, _ = processor.process_keys([(("k",), results[0].state, [])], END_OF_INPUT)
+    found = sorted(m["match_id"] for m in first + outputs + last)
+    assert found == _embedded(program, rows) and len(found) == 20
+
+
 #: A key state written before format 2 (twins stored once): tests/fixtures/key_state_v1.json
 #: holds its bytes (six strict rules holding runs, a relaxed rule's partial match, buffered
 #: events) and the matches the code of format 1 (commit 4c91058) then reported.
