@@ -32,16 +32,26 @@ def condition_fits(rule: Any, cond: Any, stream: str, frame: pd.DataFrame,
     """Where a condition may hold over ``frame`` (rows of ``stream``): a bool array, or
     ``True``/``False`` for every row. Equal condition texts over the same streams are
     evaluated once per frame (``shared`` remembers them)."""
+    key = _condition_key(rule, cond, stream)
+    if key is True or key is False:
+        return key
+    fits = shared.get(key)
+    if fits is None:
+        fits = shared[key] = np.asarray(cond.columnar(frame), dtype=bool)
+    return fits
+
+
+def _condition_key(rule: Any, cond: Any, stream: str) -> Any:
+    """How :func:`condition_fits` tells a condition of ``rule`` apart over rows of
+    ``stream``: ``False`` (it reads another stream), ``True`` (no columnar form: it may hold
+    for every row), or a key equal for conditions evaluated alike (the same text over the
+    same streams; a condition without a text is its own)."""
     if cond.stream is not None and cond.stream != stream:
         return False
     if cond.predicate is None or cond.columnar is None:
         return True
     text = getattr(cond, "columnar_text", None)
-    key = (rule.streams, text) if text is not None else (id(cond),)
-    fits = shared.get(key)
-    if fits is None:
-        fits = shared[key] = np.asarray(cond.columnar(frame), dtype=bool)
-    return fits
+    return (rule.streams, text) if text is not None else (id(cond),)
 
 
 _ADVANCE_CLASSES: dict[tuple, int] = {}
@@ -125,10 +135,9 @@ _READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _readers(processor: Any, stream: str) -> list[tuple[int, Any, tuple | None]]:
     """The rules of ``processor`` reading ``stream``, in index order, each with what makes
     its rows and masks over a frame of the stream (:func:`rule_rows`): how it is run (scanned
-    from its start bits, every row, or where a condition may hold), its streams and, per
-    bit, its condition as :func:`condition_fits` tells them apart; None when a condition has
-    no columnar text (it is evaluated per rule). Kept per processor (its rules never
-    change)."""
+    from its start bits, every row, or where a condition may hold) and, per bit, its
+    condition's :func:`_condition_key`; None for a rule that gives only its masks. Kept per
+    processor (its rules never change)."""
     try:
         plans = _READERS.setdefault(processor, {})
     except TypeError:  # a processor that cannot be weakly referenced: not kept
@@ -145,21 +154,9 @@ def _readers(processor: Any, stream: str) -> list[tuple[int, Any, tuple | None]]
         conditions = getattr(rule, "conditions", None)
         alike: tuple | None = None
         if conditions is not None:
-            parts = []
-            for cond in conditions:
-                if cond.stream is not None and cond.stream != stream:
-                    parts.append(False)
-                elif cond.predicate is None or cond.columnar is None:
-                    parts.append(True)
-                else:
-                    text = getattr(cond, "columnar_text", None)
-                    if text is None:
-                        break
-                    parts.append(text)
-            else:
-                how = (("scan", processor.start_bits_of(index)) if index in scanned
-                       else ("all",) if must_see[index] else ("fit",))
-                alike = (how, tuple(rule.streams), tuple(parts))
+            how = (("scan", processor.start_bits_of(index)) if index in scanned
+                   else ("all",) if must_see[index] else ("fit",))
+            alike = (how, tuple(_condition_key(rule, cond, stream) for cond in conditions))
         plan.append((index, rule, alike))
     plans[stream] = plan
     return plan
